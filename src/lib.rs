@@ -1,0 +1,7 @@
+//! clockwork: a model-serving runtime for many DNN models on a pool of accelerators whose
+//! promise is predictable latency. See docs/ARCHITECTURE.md for the map.
+
+pub mod config;
+pub mod model;
+pub mod scheduler;
+pub mod time;

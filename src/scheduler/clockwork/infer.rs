@@ -1,0 +1,159 @@
+//! Batching and early refusal: which batch each device runs next.
+
+use std::cmp::Reverse;
+
+use super::{ClockworkPolicy, Work};
+use crate::model::{DeviceId, ModelId};
+use crate::scheduler::{ActionKind, Plan, Refusal, Verdict};
+use crate::time::Nanos;
+
+/// The first instant at which a request with internal `deadline` cannot finish even if
+/// started at once.
+pub(super) fn expiry(deadline: Nanos, single: Nanos) -> Nanos {
+    deadline.saturating_sub(single) + 1
+}
+
+impl ClockworkPolicy {
+    /// Latest start time of the model's most urgent strategy: its front deadline less the
+    /// estimate of the largest batch its queue can fill.
+    fn priority(&self, model: ModelId) -> Option<Nanos> {
+        let m = &self.models[model.0 as usize];
+        let front = m.queue.front()?;
+        let b = m
+            .batches
+            .iter()
+            .rposition(|&b| b as usize <= m.queue.len())
+            .unwrap_or(0);
+        Some(front.deadline.saturating_sub(self.worst_estimate(model, b)))
+    }
+
+    /// Re-files the model after its queue or estimates changed: in the strategy queues of
+    /// the devices that hold it (always on `popped_from`, whose entry was consumed), and
+    /// in the load ranking.
+    pub(super) fn queue_changed(&mut self, model: ModelId, popped_from: Option<DeviceId>) {
+        let priority = self.priority(model);
+        let m = &mut self.models[model.0 as usize];
+        let changed = priority != m.priority;
+        m.priority = priority;
+        if let Some(p) = priority {
+            for &d in &m.ready_on {
+                if changed || Some(d) == popped_from {
+                    self.devices[d.0 as usize]
+                        .strategies
+                        .push(Reverse((p, model)));
+                }
+            }
+        }
+        self.rerank(model);
+    }
+
+    /// Refuses requests that waited until no device could finish them in time.
+    pub(super) fn expire(&mut self, now: Nanos, plan: &mut Plan) {
+        while let Some(&Reverse((at, model))) = self.expiries.peek() {
+            if at > now {
+                break;
+            }
+            self.expiries.pop();
+            let single = self.best_single(model);
+            let queue = &mut self.models[model.0 as usize].queue;
+            let mut expired = Vec::new();
+            while queue.front().is_some_and(|q| now + single > q.deadline) {
+                expired.extend(queue.pop_front());
+            }
+            if let Some(front) = queue.front() {
+                // Estimates may have moved since this entry was filed: file the front
+                // again, so that a waiting queue always has an expiry ahead of it.
+                self.expiries
+                    .push(Reverse((expiry(front.deadline, single), model)));
+            }
+            if !expired.is_empty() {
+                self.queued -= expired.len();
+                Self::answer(plan, expired, Verdict::Refused(Refusal::TimedOut));
+                self.queue_changed(model, None);
+            }
+        }
+    }
+
+    /// Fills the device's exec lane up to `schedule_ahead` past now.
+    pub(super) fn schedule_infers(&mut self, device: DeviceId, now: Nanos, plan: &mut Plan) {
+        let horizon = now + self.params.schedule_ahead;
+        loop {
+            let d = &mut self.devices[device.0 as usize];
+            let start = d.exec.free_at(now, self.params.lanes);
+            if start >= horizon {
+                return;
+            }
+            let Some(Reverse((priority, model))) = d.strategies.pop() else {
+                return;
+            };
+            let current =
+                d.is_ready(model) && self.models[model.0 as usize].priority == Some(priority);
+            if current {
+                self.plan_batch(device, model, start, now, plan);
+                self.queue_changed(model, Some(device));
+            }
+        }
+    }
+
+    /// Plans one batch of `model` on `device` starting at `start`, refusing the requests
+    /// at the front that cannot finish in time even alone.
+    fn plan_batch(
+        &mut self,
+        device: DeviceId,
+        model: ModelId,
+        start: Nanos,
+        now: Nanos,
+        plan: &mut Plan,
+    ) {
+        let kind = self.devices[device.0 as usize].kind;
+        let single = self.exec_estimate(model, kind, 0);
+        let queue = &mut self.models[model.0 as usize].queue;
+        let mut hopeless = Vec::new();
+        while queue.front().is_some_and(|q| start + single > q.deadline) {
+            hopeless.extend(queue.pop_front());
+        }
+        self.queued -= hopeless.len();
+        Self::answer(
+            plan,
+            hopeless,
+            Verdict::Refused(Refusal::DeadlineUnreachable),
+        );
+        let Some(front) = self.models[model.0 as usize].queue.front().copied() else {
+            return;
+        };
+        let b = self.batch_index(model, kind, start, front.deadline);
+        let m = &mut self.models[model.0 as usize];
+        let requests = m.queue.take(m.batches[b] as usize);
+        self.queued -= requests.len();
+        let expected = self.exec_estimate(model, kind, b);
+        let p = self.params;
+        let latest = (now + p.lanes.expected_lag + p.schedule_ahead).max(start + p.schedule_ahead);
+        let ids = requests.iter().map(|q| q.id).collect();
+        let action = self.action(
+            device,
+            model,
+            (now, latest, expected),
+            ActionKind::Infer { requests: ids },
+        );
+        let d = &mut self.devices[device.0 as usize];
+        d.exec.push(action.id, expected, start);
+        if let Some(r) = d.residents.get_mut(&model) {
+            r.infers_in_flight += 1;
+            r.last_use = now;
+        }
+        self.send(plan, action, Work::Infer { batch: b, requests });
+    }
+
+    /// Index of the largest allowed batch the queue can fill that still finishes by the
+    /// front deadline and within the longest allowed execution. Index 0 (batch 1) always.
+    fn batch_index(&self, model: ModelId, kind: usize, start: Nanos, deadline: Nanos) -> usize {
+        let m = &self.models[model.0 as usize];
+        let fits = |b: usize| {
+            let est = self.exec_estimate(model, kind, b);
+            m.batches[b] as usize <= m.queue.len()
+                && est <= self.params.max_exec_time
+                && start + est <= deadline
+        };
+        (1..m.batches.len()).rev().find(|&b| fits(b)).unwrap_or(0)
+    }
+}

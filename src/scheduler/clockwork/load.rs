@@ -1,0 +1,172 @@
+//! Demand-driven weight loading and eviction.
+
+use super::{ClockworkPolicy, InFlight, Work, DEVICE, UNLOAD_ESTIMATE};
+use crate::model::{DeviceId, ModelId};
+use crate::scheduler::{ActionError, ActionKind, Measured, Plan};
+use crate::time::Nanos;
+
+/// How many ranked models a device looks at before giving up on a load this round.
+const CANDIDATES: usize = 16;
+
+impl ClockworkPolicy {
+    /// Demand no replica serves yet: queued demand less one device per replica.
+    fn unserved(&self, model: ModelId) -> u64 {
+        let m = &self.models[model.0 as usize];
+        let replicas = m.ready_on.len() as u64 + u64::from(m.loading);
+        m.queue.demand().saturating_sub(replicas * DEVICE)
+    }
+
+    /// Moves the model to its place in the load ranking.
+    pub(super) fn rerank(&mut self, model: ModelId) {
+        let unserved = self.unserved(model);
+        let m = &mut self.models[model.0 as usize];
+        let rank = (unserved > 0).then_some(unserved);
+        if rank == m.rank {
+            return;
+        }
+        if let Some(old) = m.rank {
+            self.load_ranking.remove(&(old, model));
+        }
+        if let Some(new) = rank {
+            self.load_ranking.insert((new, model));
+        }
+        m.rank = rank;
+    }
+
+    /// If the device's load lane is quiet, loads the model with the most unserved demand
+    /// that is not on it yet and that would still help some queued request.
+    pub(super) fn schedule_load(&mut self, device: DeviceId, now: Nanos, plan: &mut Plan) {
+        let d = &self.devices[device.0 as usize];
+        let start = d.load.free_at(now, self.params.lanes);
+        if start >= now + self.params.schedule_ahead {
+            return;
+        }
+        let kind = d.kind;
+        let candidate = self
+            .load_ranking
+            .iter()
+            .rev()
+            .take(CANDIDATES)
+            .map(|&(_, model)| model)
+            .find(|&model| {
+                let m = &self.models[model.0 as usize];
+                let ready = start + m.load[kind].get() + self.exec_estimate(model, kind, 0);
+                !d.residents.contains_key(&model)
+                    && m.pages <= d.capacity
+                    && m.queue.back().is_some_and(|q| ready <= q.deadline)
+            });
+        let Some(model) = candidate else {
+            return;
+        };
+        let Some(victims) = self.victims(device, model) else {
+            return;
+        };
+        for victim in victims {
+            self.plan_unload(device, victim, now, plan);
+        }
+        self.plan_load(device, model, start, now, plan);
+    }
+
+    /// Models to evict from `device` to make room for `model`: idle ones first, then the
+    /// least recently used whose demand is smaller than the newcomer's. `None` if even
+    /// that is not enough room.
+    fn victims(&self, device: DeviceId, model: ModelId) -> Option<Vec<ModelId>> {
+        let d = &self.devices[device.0 as usize];
+        let needed = self.models[model.0 as usize].pages;
+        if d.free_pages() >= needed {
+            return Some(Vec::new());
+        }
+        let claim = self.unserved(model);
+        let mut evictable: Vec<(bool, Nanos, ModelId, u32)> = d
+            .residents
+            .iter()
+            .filter(|(_, r)| r.ready && r.infers_in_flight == 0)
+            .map(|(&m, r)| (self.models[m.0 as usize].queue.demand(), r, m))
+            .filter(|&(demand, _, _)| demand < claim)
+            .map(|(demand, r, m)| (demand > 0, r.last_use, m, r.pages))
+            .collect();
+        evictable.sort_unstable();
+        let mut free = d.free_pages();
+        let mut victims = Vec::new();
+        for (_, _, m, pages) in evictable {
+            if free >= needed {
+                break;
+            }
+            free += pages;
+            victims.push(m);
+        }
+        (free >= needed).then_some(victims)
+    }
+
+    fn plan_unload(&mut self, device: DeviceId, model: ModelId, now: Nanos, plan: &mut Plan) {
+        self.forget_residency(device, model);
+        let start = self.devices[device.0 as usize]
+            .load
+            .free_at(now, self.params.lanes);
+        let action = self.action(
+            device,
+            model,
+            (now, Nanos::MAX, UNLOAD_ESTIMATE),
+            ActionKind::Unload,
+        );
+        self.devices[device.0 as usize]
+            .load
+            .push(action.id, UNLOAD_ESTIMATE, start);
+        self.send(plan, action, Work::Unload);
+    }
+
+    fn plan_load(
+        &mut self,
+        device: DeviceId,
+        model: ModelId,
+        start: Nanos,
+        now: Nanos,
+        plan: &mut Plan,
+    ) {
+        let kind = self.devices[device.0 as usize].kind;
+        let m = &mut self.models[model.0 as usize];
+        let expected = m.load[kind].get();
+        let pages = m.pages;
+        m.loading += 1;
+        self.rerank(model);
+        let p = self.params;
+        let latest = (now + p.lanes.expected_lag + p.schedule_ahead).max(start + p.schedule_ahead);
+        let action = self.action(device, model, (now, latest, expected), ActionKind::Load);
+        let d = &mut self.devices[device.0 as usize];
+        d.reserve(model, pages, now);
+        d.load.push(action.id, expected, start);
+        self.send(plan, action, Work::Load);
+    }
+
+    /// Applies the report of a LOAD.
+    pub(super) fn observe_load(&mut self, flight: InFlight, result: Result<Measured, ActionError>) {
+        let (device, model) = (flight.device, flight.model);
+        let kind = self.devices[device.0 as usize].kind;
+        let m = &mut self.models[model.0 as usize];
+        m.loading = m.loading.saturating_sub(1);
+        match result {
+            Ok(measured) => {
+                m.load[kind].observe(measured.duration);
+                m.ready_on.push(device);
+                if let Some(r) = self.devices[device.0 as usize].residents.get_mut(&model) {
+                    r.ready = true;
+                }
+                // Make sure the new replica has the model's strategy.
+                self.queue_changed(model, Some(device));
+            }
+            Err(_) => {
+                self.devices[device.0 as usize].release(model);
+                self.rerank(model);
+            }
+        }
+    }
+
+    /// Drops the model from the device in the mirror (eviction planned, or the executor
+    /// reported that it does not hold it).
+    pub(super) fn forget_residency(&mut self, device: DeviceId, model: ModelId) {
+        self.devices[device.0 as usize].release(model);
+        let m = &mut self.models[model.0 as usize];
+        m.ready_on.retain(|&d| d != device);
+        self.rerank(model);
+    }
+}

@@ -1,0 +1,414 @@
+//! The Clockwork policy (after the INFER5 scheduler of the Clockwork paper).
+//!
+//! - Requests wait in per-model queues ordered by deadline. A model resident on a device
+//!   offers strategies "run batch b now"; the latest start time of its most urgent one
+//!   (`front.deadline - estimate(b)`) orders the model in that device's priority queue.
+//! - While a device's exec lane has less than `schedule_ahead` of planned work, the most
+//!   urgent resident model gets a batch: requests that can no longer finish in time are
+//!   refused first, then the largest allowed batch that still meets the front deadline.
+//! - A request that waits until even an immediate start could not finish it in time is
+//!   refused as timed out, at that moment rather than at its deadline.
+//! - Queued requests give their model load demand; a device with a quiet load lane loads
+//!   the model with the most unserved demand, evicting idle models first, then the least
+//!   recently used.
+//! - Estimates are sliding-window percentiles of measured durations, per device kind.
+
+mod infer;
+mod load;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
+
+use super::device::{DeviceMirror, LaneTiming};
+use super::estimate::Estimator;
+use super::queue::{ModelQueue, Queued};
+use super::{
+    Action, ActionError, ActionKind, Answer, DeviceInfo, DeviceSnapshot, Measured, ModelInfo,
+    Outcome, Plan, Policy, PolicySnapshot, Refusal, Request, Verdict,
+};
+use crate::config::PolicyConfig;
+use crate::model::{ActionId, DeviceId, ModelId};
+use crate::time::{nanos, Nanos};
+
+/// Demand is counted in parts per million of one device.
+const DEVICE: u64 = 1_000_000;
+
+/// Planned duration of an UNLOAD: bookkeeping only.
+const UNLOAD_ESTIMATE: Nanos = 10_000;
+
+/// The policy's constants in nanoseconds.
+#[derive(Clone, Copy, Debug)]
+struct Params {
+    schedule_ahead: Nanos,
+    buffer: Nanos,
+    load_budget: Nanos,
+    max_batch: u32,
+    max_exec_time: Nanos,
+    window: usize,
+    percentile: f64,
+    lanes: LaneTiming,
+}
+
+impl From<&PolicyConfig> for Params {
+    fn from(c: &PolicyConfig) -> Self {
+        Self {
+            schedule_ahead: nanos(c.schedule_ahead),
+            buffer: nanos(c.buffer),
+            load_budget: nanos(c.load_budget).max(1),
+            max_batch: c.max_batch,
+            max_exec_time: nanos(c.max_exec_time),
+            window: c.estimate_window,
+            percentile: c.estimate_percentile,
+            lanes: LaneTiming {
+                expected_lag: nanos(c.expected_lag),
+                lag_allowance: nanos(c.lag_allowance),
+            },
+        }
+    }
+}
+
+/// Everything the policy tracks about one model.
+struct ModelState {
+    pages: u32,
+    /// Allowed batch sizes, ascending, none above `max_batch`.
+    batches: Vec<u32>,
+    /// Execution estimates per device kind, per index into `batches`.
+    exec: Vec<Vec<Estimator>>,
+    /// Weight-load estimates per device kind.
+    load: Vec<Estimator>,
+    /// Profile the estimates of a new device kind are seeded from.
+    info: ModelInfo,
+    queue: ModelQueue,
+    /// Devices where it is ready.
+    ready_on: Vec<DeviceId>,
+    /// Devices where it is being loaded.
+    loading: u32,
+    /// Priority last pushed to the devices' strategy queues.
+    priority: Option<Nanos>,
+    /// Key under which it sits in the load ranking.
+    rank: Option<u64>,
+}
+
+/// An action sent and not yet reported.
+struct InFlight {
+    device: DeviceId,
+    model: ModelId,
+    work: Work,
+}
+
+enum Work {
+    Load,
+    Unload,
+    Infer { batch: usize, requests: Vec<Queued> },
+}
+
+/// The Clockwork scheduling policy.
+pub struct ClockworkPolicy {
+    params: Params,
+    /// Device kinds seen, by name; estimates are indexed by position.
+    kinds: Vec<String>,
+    models: Vec<ModelState>,
+    devices: Vec<DeviceMirror>,
+    in_flight: HashMap<ActionId, InFlight>,
+    next_action: u64,
+    /// (time a model's front request may have become hopeless, model).
+    expiries: BinaryHeap<Reverse<(Nanos, ModelId)>>,
+    /// Models with unserved load demand, by that demand.
+    load_ranking: BTreeSet<(u64, ModelId)>,
+    queued: usize,
+}
+
+impl ClockworkPolicy {
+    pub fn new(config: &PolicyConfig) -> Self {
+        Self {
+            params: Params::from(config),
+            kinds: Vec::new(),
+            models: Vec::new(),
+            devices: Vec::new(),
+            in_flight: HashMap::new(),
+            next_action: 0,
+            expiries: BinaryHeap::new(),
+            load_ranking: BTreeSet::new(),
+            queued: 0,
+        }
+    }
+
+    fn kind_index(&mut self, kind: &str) -> usize {
+        if let Some(i) = self.kinds.iter().position(|k| k == kind) {
+            return i;
+        }
+        self.kinds.push(kind.to_owned());
+        let (window, percentile) = (self.params.window, self.params.percentile);
+        for model in &mut self.models {
+            model
+                .exec
+                .push(seed_exec(&model.info, &model.batches, window, percentile));
+            model.load.push(Estimator::new(
+                model.info.profile.load_latency,
+                window,
+                percentile,
+            ));
+        }
+        self.kinds.len() - 1
+    }
+
+    fn next_id(&mut self) -> ActionId {
+        self.next_action += 1;
+        ActionId(self.next_action)
+    }
+
+    /// Execution estimate of `model` at batch index `b` on device kind `kind`.
+    fn exec_estimate(&self, model: ModelId, kind: usize, b: usize) -> Nanos {
+        self.models[model.0 as usize].exec[kind][b].get()
+    }
+
+    /// The most pessimistic batch-`b` estimate over device kinds, used for priorities
+    /// that every device of any kind compares.
+    fn worst_estimate(&self, model: ModelId, b: usize) -> Nanos {
+        let m = &self.models[model.0 as usize];
+        m.exec.iter().map(|k| k[b].get()).max().unwrap_or(0)
+    }
+
+    /// The most optimistic batch-1 estimate: if even this cannot finish in time, nothing can.
+    fn best_single(&self, model: ModelId) -> Nanos {
+        let m = &self.models[model.0 as usize];
+        m.exec.iter().map(|k| k[0].get()).min().unwrap_or(0)
+    }
+
+    fn answer(plan: &mut Plan, requests: impl IntoIterator<Item = Queued>, verdict: Verdict) {
+        for q in requests {
+            plan.answers.push(Answer {
+                request: q.id,
+                verdict: verdict.clone(),
+            });
+        }
+    }
+
+    fn enqueue(&mut self, model: ModelId, item: Queued) {
+        let expires = infer::expiry(item.deadline, self.best_single(model));
+        self.expiries.push(Reverse((expires, model)));
+        self.models[model.0 as usize].queue.push(item);
+        self.queued += 1;
+        self.queue_changed(model, None);
+    }
+
+    fn observe_infer(
+        &mut self,
+        action: ActionId,
+        flight: InFlight,
+        result: Result<Measured, ActionError>,
+        plan: &mut Plan,
+    ) {
+        let Work::Infer { batch, requests } = flight.work else {
+            return;
+        };
+        let device = &mut self.devices[flight.device.0 as usize];
+        let kind = device.kind;
+        if let Some(r) = device.residents.get_mut(&flight.model) {
+            r.infers_in_flight = r.infers_in_flight.saturating_sub(1);
+        }
+        match result {
+            Ok(measured) => {
+                let m = &mut self.models[flight.model.0 as usize];
+                m.exec[kind][batch].observe(measured.duration);
+                self.queue_changed(flight.model, None);
+                for q in requests {
+                    let late = measured.end > q.due;
+                    plan.answers.push(Answer {
+                        request: q.id,
+                        verdict: Verdict::Completed { action, late },
+                    });
+                }
+            }
+            Err(ActionError::TooLate) => {
+                // Nothing ran: the requests may still make it on another try.
+                for q in requests {
+                    self.enqueue(flight.model, q);
+                }
+            }
+            Err(error) => {
+                if error == ActionError::NotResident {
+                    self.forget_residency(flight.device, flight.model);
+                }
+                Self::answer(plan, requests, Verdict::Failed(error));
+            }
+        }
+    }
+}
+
+fn seed_exec(info: &ModelInfo, batches: &[u32], window: usize, percentile: f64) -> Vec<Estimator> {
+    batches
+        .iter()
+        .map(|&b| Estimator::new(info.profile.latency(b).unwrap_or(0), window, percentile))
+        .collect()
+}
+
+impl Policy for ClockworkPolicy {
+    fn add_model(&mut self, info: ModelInfo) -> ModelId {
+        let id = ModelId(self.models.len() as u32);
+        let mut batches: Vec<u32> = info
+            .profile
+            .batches
+            .iter()
+            .map(|b| b.batch)
+            .filter(|&b| b >= 1 && b <= self.params.max_batch)
+            .collect();
+        batches.sort_unstable();
+        batches.dedup();
+        if batches.first() != Some(&1) {
+            batches.insert(0, 1);
+        }
+        let (window, percentile) = (self.params.window, self.params.percentile);
+        let kinds = self.kinds.len();
+        self.models.push(ModelState {
+            pages: info.pages,
+            exec: (0..kinds)
+                .map(|_| seed_exec(&info, &batches, window, percentile))
+                .collect(),
+            load: (0..kinds)
+                .map(|_| Estimator::new(info.profile.load_latency, window, percentile))
+                .collect(),
+            batches,
+            info,
+            queue: ModelQueue::default(),
+            ready_on: Vec::new(),
+            loading: 0,
+            priority: None,
+            rank: None,
+        });
+        id
+    }
+
+    fn add_device(&mut self, device: DeviceInfo) -> DeviceId {
+        let kind = self.kind_index(&device.kind);
+        self.devices.push(DeviceMirror::new(kind, device.pages));
+        DeviceId(self.devices.len() as u32 - 1)
+    }
+
+    fn admit(&mut self, request: Request, _now: Nanos, plan: &mut Plan) {
+        let Some(model) = self.models.get(request.model.0 as usize) else {
+            plan.answers.push(Answer {
+                request: request.id,
+                verdict: Verdict::Refused(Refusal::UnknownModel),
+            });
+            return;
+        };
+        let p = &self.params;
+        let window = request
+            .slo
+            .saturating_sub(p.buffer)
+            .max(p.schedule_ahead + p.buffer);
+        let single = model.exec.iter().map(|k| k[0].get()).max().unwrap_or(0);
+        let item = Queued {
+            id: request.id,
+            deadline: request.arrival.saturating_add(window),
+            due: request.deadline(),
+            demand: single.saturating_mul(DEVICE) / request.slo.max(p.load_budget),
+        };
+        self.enqueue(request.model, item);
+    }
+
+    fn observe(&mut self, outcome: Outcome, now: Nanos, plan: &mut Plan) {
+        let Some(flight) = self.in_flight.remove(&outcome.action) else {
+            return;
+        };
+        let end = outcome.result.as_ref().map_or(now, |m| m.end);
+        let device = &mut self.devices[flight.device.0 as usize];
+        match flight.work {
+            Work::Infer { .. } => device.exec.complete(outcome.action, end),
+            Work::Load | Work::Unload => device.load.complete(outcome.action, end),
+        }
+        match flight.work {
+            Work::Infer { .. } => self.observe_infer(outcome.action, flight, outcome.result, plan),
+            Work::Load => self.observe_load(flight, outcome.result),
+            Work::Unload => {}
+        }
+    }
+
+    fn schedule(&mut self, now: Nanos, plan: &mut Plan) {
+        self.expire(now, plan);
+        for d in 0..self.devices.len() {
+            self.schedule_infers(DeviceId(d as u32), now, plan);
+        }
+        if !self.load_ranking.is_empty() {
+            for d in 0..self.devices.len() {
+                self.schedule_load(DeviceId(d as u32), now, plan);
+            }
+        }
+    }
+
+    fn next_wakeup(&self, now: Nanos) -> Option<Nanos> {
+        let mut wake = self.expiries.peek().map(|Reverse((t, _))| *t);
+        if self.queued > 0 {
+            let ahead = self.params.schedule_ahead;
+            for device in &self.devices {
+                let exec = device
+                    .exec
+                    .free_at(now, self.params.lanes)
+                    .saturating_sub(ahead);
+                if exec > now && !device.strategies.is_empty() {
+                    wake = Some(wake.map_or(exec, |w| w.min(exec)));
+                }
+                let load = device
+                    .load
+                    .free_at(now, self.params.lanes)
+                    .saturating_sub(ahead);
+                if load > now && !self.load_ranking.is_empty() {
+                    wake = Some(wake.map_or(load, |w| w.min(load)));
+                }
+            }
+        }
+        wake.map(|w| w.max(now + 1))
+    }
+
+    fn snapshot(&self, now: Nanos) -> PolicySnapshot {
+        let lanes = self.params.lanes;
+        PolicySnapshot {
+            queued: self.queued,
+            in_flight: self.in_flight.len(),
+            devices: self
+                .devices
+                .iter()
+                .map(|d| DeviceSnapshot {
+                    pages_used: d.used,
+                    pages: d.capacity,
+                    models: d.residents.len(),
+                    exec_free_at: d.exec.free_at(now, lanes),
+                    load_free_at: d.load.free_at(now, lanes),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl ClockworkPolicy {
+    /// Records a planned action and hands it to the plan.
+    fn send(&mut self, plan: &mut Plan, action: Action, work: Work) {
+        let flight = InFlight {
+            device: action.device,
+            model: action.model,
+            work,
+        };
+        self.in_flight.insert(action.id, flight);
+        plan.actions.push(action);
+    }
+
+    fn action(
+        &mut self,
+        device: DeviceId,
+        model: ModelId,
+        timing: (Nanos, Nanos, Nanos),
+        kind: ActionKind,
+    ) -> Action {
+        let (earliest, latest, expected_duration) = timing;
+        Action {
+            id: self.next_id(),
+            device,
+            model,
+            earliest,
+            latest,
+            expected_duration,
+            kind,
+        }
+    }
+}

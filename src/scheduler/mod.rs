@@ -1,0 +1,243 @@
+//! The scheduling policy: pure decision code.
+//!
+//! Nothing here knows about actors, clocks or I/O. A [`Policy`] is told what happened
+//! (a request arrived, an action finished) and what time it is, and appends what to do to a
+//! [`Plan`]: actions for executors and answers for requests. The controller actor gathers
+//! the events and dispatches the plan; tests and benchmarks drive a policy directly (see
+//! [`testbed`]).
+//!
+//! Every request admitted to a policy leaves it through exactly one [`Answer`].
+
+mod clockwork;
+mod device;
+mod estimate;
+mod queue;
+pub mod testbed;
+
+pub use clockwork::ClockworkPolicy;
+pub use estimate::Estimator;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::PolicyConfig;
+use crate::model::{ActionId, DeviceId, ModelId, ModelProfile, RequestId};
+use crate::time::Nanos;
+
+/// A request as the policy sees it: no payload, only what decides its fate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub id: RequestId,
+    pub model: ModelId,
+    /// When the controller received it.
+    pub arrival: Nanos,
+    /// Latency objective: the answer is due at `arrival + slo`.
+    pub slo: Nanos,
+}
+
+impl Request {
+    /// When the answer is due.
+    pub fn deadline(&self) -> Nanos {
+        self.arrival.saturating_add(self.slo)
+    }
+}
+
+/// What an executor is asked to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ActionKind {
+    /// Copy the model's weights into device pages.
+    Load,
+    /// Free the model's pages.
+    Unload,
+    /// Execute one batch; `requests.len()` is the batch size.
+    Infer { requests: Vec<RequestId> },
+}
+
+impl ActionKind {
+    /// Short name for logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ActionKind::Load => "load",
+            ActionKind::Unload => "unload",
+            ActionKind::Infer { .. } => "infer",
+        }
+    }
+
+    /// Whether the action runs on the load lane (else the exec lane).
+    pub fn is_load_lane(&self) -> bool {
+        !matches!(self, ActionKind::Infer { .. })
+    }
+}
+
+/// One planned action for one device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Action {
+    pub id: ActionId,
+    pub device: DeviceId,
+    pub model: ModelId,
+    /// Never start before this.
+    pub earliest: Nanos,
+    /// If it cannot start by this, refuse it and do nothing.
+    pub latest: Nanos,
+    /// The duration the controller planned with.
+    pub expected_duration: Nanos,
+    pub kind: ActionKind,
+}
+
+/// What an executor measured of an action that ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Measured {
+    pub begin: Nanos,
+    pub end: Nanos,
+    /// Duration of the work itself (device-timed where the backend can).
+    pub duration: Nanos,
+}
+
+/// Why an executor did not complete an action.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum ActionError {
+    #[error("could not start before its latest start time")]
+    TooLate,
+    #[error("model weights are not resident on the device")]
+    NotResident,
+    #[error("not enough free pages on the device")]
+    NoFreePages,
+    #[error("device failed: {0}")]
+    Device(String),
+}
+
+/// The report of one action, as the policy needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub action: ActionId,
+    pub result: Result<Measured, ActionError>,
+}
+
+/// Why a request was refused without a result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Refusal {
+    /// When it could start, it could no longer finish before its deadline.
+    DeadlineUnreachable,
+    /// It waited in the queue until no device could finish it in time.
+    TimedOut,
+    /// No model of that name is registered.
+    UnknownModel,
+    /// The server is shutting down and admits nothing new.
+    ShuttingDown,
+}
+
+impl Refusal {
+    /// Stable label for error types and metrics.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Refusal::DeadlineUnreachable => "deadline_unreachable",
+            Refusal::TimedOut => "timed_out",
+            Refusal::UnknownModel => "unknown_model",
+            Refusal::ShuttingDown => "shutting_down",
+        }
+    }
+}
+
+/// The fate of a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Executed in batch `action`; `late` if it finished after its deadline.
+    Completed {
+        action: ActionId,
+        late: bool,
+    },
+    Refused(Refusal),
+    /// The action that carried it failed.
+    Failed(ActionError),
+}
+
+/// The one answer a request gets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    pub request: RequestId,
+    pub verdict: Verdict,
+}
+
+/// What a policy decided in one step.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    pub actions: Vec<Action>,
+    pub answers: Vec<Answer>,
+}
+
+impl Plan {
+    pub fn is_empty(&self) -> bool {
+        self.actions.is_empty() && self.answers.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.actions.clear();
+        self.answers.clear();
+    }
+}
+
+/// A device as the policy needs to know it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Kind of device; estimates are kept per kind.
+    pub kind: String,
+    /// Weight pages of the device.
+    pub pages: u32,
+}
+
+/// A registered model as the policy needs to know it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelInfo {
+    /// Pages its weights take on a device.
+    pub pages: u32,
+    /// Seed of the estimates and the allowed batch sizes.
+    pub profile: ModelProfile,
+}
+
+/// Counters and gauges of a policy, for observers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PolicySnapshot {
+    /// Requests waiting in queues.
+    pub queued: usize,
+    /// Actions sent and not yet reported.
+    pub in_flight: usize,
+    pub devices: Vec<DeviceSnapshot>,
+}
+
+/// The controller's mirror of one device.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DeviceSnapshot {
+    pub pages_used: u32,
+    pub pages: u32,
+    /// Models whose weights are resident or being loaded.
+    pub models: usize,
+    /// Predicted time the exec lane runs out of planned work.
+    pub exec_free_at: Nanos,
+    /// Predicted time the load lane runs out of planned work.
+    pub load_free_at: Nanos,
+}
+
+/// A scheduling policy: the controller's brain.
+///
+/// Methods append to `plan` and never clear it. `now` never goes backwards.
+pub trait Policy {
+    /// Makes a model known; its id must be the next dense index.
+    fn add_model(&mut self, model: ModelInfo) -> ModelId;
+    /// Makes a device known; its id must be the next dense index.
+    fn add_device(&mut self, device: DeviceInfo) -> DeviceId;
+    /// Takes a request into the queues (or answers it at once).
+    fn admit(&mut self, request: Request, now: Nanos, plan: &mut Plan);
+    /// Learns from the report of an action it planned.
+    fn observe(&mut self, outcome: Outcome, now: Nanos, plan: &mut Plan);
+    /// Plans what the devices should do next.
+    fn schedule(&mut self, now: Nanos, plan: &mut Plan);
+    /// When `schedule` should next be called even if nothing happens.
+    fn next_wakeup(&self, now: Nanos) -> Option<Nanos>;
+    /// Current counters, for observers.
+    fn snapshot(&self, now: Nanos) -> PolicySnapshot;
+}
+
+/// Builds the policy named in the configuration.
+pub fn build(config: &PolicyConfig) -> Box<dyn Policy + Send> {
+    Box::new(ClockworkPolicy::new(config))
+}

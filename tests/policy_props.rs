@@ -1,0 +1,120 @@
+//! Property tests of the Clockwork policy over random profiles and request streams, on the
+//! in-memory testbed (executor semantics without actors).
+
+use clockwork::config::PolicyConfig;
+use clockwork::model::{BatchLatency, ModelId, ModelProfile, RequestId};
+use clockwork::scheduler::testbed::{Report, Testbed};
+use clockwork::scheduler::{ClockworkPolicy, DeviceInfo, ModelInfo, Policy, Request};
+use clockwork::time::{Nanos, MS, US};
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+struct Scenario {
+    devices: Vec<u32>,
+    models: Vec<(u32, ModelProfile)>,
+    requests: Vec<Request>,
+}
+
+fn profile() -> impl Strategy<Value = (u32, ModelProfile)> {
+    (1u32..6, 200u64..4_000, 1u64..10, 1usize..=5).prop_map(|(pages, base_us, load_ms, sizes)| {
+        let batches = [1u32, 2, 4, 8, 16][..sizes]
+            .iter()
+            .map(|&batch| BatchLatency {
+                batch,
+                // Sublinear growth, as on real accelerators.
+                latency: base_us * US * (2 + u64::from(batch)) / 3,
+            })
+            .collect();
+        let profile = ModelProfile {
+            weight_bytes: u64::from(pages) << 24,
+            load_latency: load_ms * MS,
+            batches,
+        };
+        (pages, profile)
+    })
+}
+
+fn scenario() -> impl Strategy<Value = Scenario> {
+    let devices = prop::collection::vec(6u32..30, 1..4);
+    let models = prop::collection::vec(profile(), 1..24);
+    (devices, models).prop_flat_map(|(devices, models)| {
+        let n = models.len();
+        // (gap to previous arrival, model, slo)
+        let request = (0u64..2_000, 0..n, 20u64..300);
+        prop::collection::vec(request, 1..400).prop_map(move |raw| {
+            let mut arrival: Nanos = 0;
+            let requests = raw
+                .into_iter()
+                .enumerate()
+                .map(|(i, (gap_us, model, slo_ms))| {
+                    arrival += gap_us * US;
+                    Request {
+                        id: RequestId(i as u64),
+                        model: ModelId(model as u32),
+                        arrival,
+                        slo: slo_ms * MS,
+                    }
+                })
+                .collect();
+            Scenario {
+                devices: devices.clone(),
+                models: models.clone(),
+                requests,
+            }
+        })
+    })
+}
+
+fn run(scenario: &Scenario, factor: f64) -> Report {
+    let config = PolicyConfig::default();
+    let mut policy = ClockworkPolicy::new(&config);
+    for &pages in &scenario.devices {
+        policy.add_device(DeviceInfo {
+            kind: "test".into(),
+            pages,
+        });
+    }
+    for (pages, profile) in &scenario.models {
+        policy.add_model(ModelInfo {
+            pages: *pages,
+            profile: profile.clone(),
+        });
+    }
+    let max_batch = config.max_batch as usize;
+    let mut testbed = Testbed::new(
+        policy,
+        &scenario.devices,
+        scenario.models.clone(),
+        max_batch,
+    )
+    .with_factor(factor);
+    testbed.run(scenario.requests.iter().copied())
+}
+
+fn answered(report: &Report) -> usize {
+    report.completed + report.failed + report.refused.values().sum::<usize>()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// With exact estimates: memory within capacity, batches allowed, every request
+    /// answered exactly once, and nothing executed finishes after its deadline.
+    #[test]
+    fn exact_estimates_keep_every_promise(scenario in scenario()) {
+        let report = run(&scenario, 1.0);
+        prop_assert!(report.violations.is_empty(), "{:?}", report.violations);
+        prop_assert_eq!(report.late, 0, "{:?}", report);
+        prop_assert_eq!(answered(&report), scenario.requests.len());
+        prop_assert_eq!(report.failed, 0);
+    }
+
+    /// When the devices are slower than profiled, answers may be late but are still
+    /// exactly one per request, and memory stays within capacity.
+    #[test]
+    fn wrong_estimates_still_answer_everything_once(scenario in scenario(), factor in 1.0f64..3.0) {
+        let report = run(&scenario, factor);
+        prop_assert!(report.violations.is_empty(), "{:?}", report.violations);
+        prop_assert_eq!(answered(&report), scenario.requests.len());
+    }
+}
