@@ -1,7 +1,11 @@
 //! clockwork: a model-serving runtime for many DNN models on a pool of accelerators whose
 //! promise is predictable latency. See docs/ARCHITECTURE.md for the map.
 
+pub mod actors;
 pub mod config;
+pub mod events;
+pub mod gpu;
 pub mod model;
 pub mod scheduler;
+pub mod tensor;
 pub mod time;

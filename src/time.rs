@@ -21,43 +21,76 @@ pub fn nanos(duration: Duration) -> Nanos {
     u64::try_from(duration.as_nanos()).unwrap_or(Nanos::MAX)
 }
 
+/// How many tokio nanoseconds a virtual nanosecond lasts.
+///
+/// tokio's timers fire on whole milliseconds, which would round every emulated 2.73 ms
+/// execution up to 3 ms. A virtual clock therefore runs tokio's paused clock 1000 times
+/// slower than the time it reports, so timers land on the exact microsecond.
+const VIRTUAL_SCALE: u32 = 1_000;
+
 /// The injected source of time for actors.
 ///
 /// It is a cheap handle: clones share the epoch, so timestamps from different actors on
-/// different threads are comparable. Under a paused tokio runtime it returns virtual time.
+/// different threads are comparable. Every timer in the runtime takes its duration from
+/// [`Clock::until`], never from tokio directly, so the virtual clock's scale holds.
 #[derive(Clone, Copy, Debug)]
 pub struct Clock {
     /// The instant that is `0` nanoseconds.
     epoch: tokio::time::Instant,
+    /// tokio nanoseconds per reported nanosecond: 1 in real time.
+    scale: u32,
 }
 
 impl Clock {
-    /// Starts a clock whose epoch is now.
+    /// Starts a real-time clock whose epoch is now.
     pub fn start() -> Self {
         Self {
             epoch: tokio::time::Instant::now(),
+            scale: 1,
+        }
+    }
+
+    /// Starts a virtual clock whose epoch is now, for a paused tokio runtime (see
+    /// [`virtual_system`]); it resolves time to the microsecond. Under a running runtime it
+    /// would crawl at a thousandth of real time.
+    pub fn start_virtual() -> Self {
+        Self {
+            epoch: tokio::time::Instant::now(),
+            scale: VIRTUAL_SCALE,
         }
     }
 
     /// Nanoseconds elapsed since the epoch.
     pub fn now(&self) -> Nanos {
-        nanos(self.epoch.elapsed())
+        nanos(self.epoch.elapsed()) / Nanos::from(self.scale)
     }
 
     /// The tokio instant of a timestamp, for timers.
     pub fn instant(&self, at: Nanos) -> tokio::time::Instant {
-        self.epoch + Duration::from_nanos(at)
+        self.epoch + Duration::from_nanos(at.saturating_mul(Nanos::from(self.scale)))
     }
 
-    /// How long from now until `at` (zero if it has passed).
+    /// How long, in tokio's time, from now until `at` (zero if it has passed).
     pub fn until(&self, at: Nanos) -> Duration {
-        Duration::from_nanos(at.saturating_sub(self.now()))
+        let wait = at.saturating_sub(self.now());
+        Duration::from_nanos(wait.saturating_mul(Nanos::from(self.scale)))
     }
 
     /// Sleeps until the timestamp `at`.
     pub async fn sleep_until(&self, at: Nanos) {
         tokio::time::sleep_until(self.instant(at)).await;
     }
+}
+
+/// An actix system on a single-threaded tokio runtime whose clock is paused: time jumps to
+/// the next timer whenever every actor is idle, so runs are fast and deterministic.
+/// Everything must be placed on this one thread (see `actors::Placement::CurrentThread`).
+pub fn virtual_system() -> std::io::Result<actix::SystemRunner> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()?;
+    Ok(actix::System::with_tokio_rt(move || runtime))
 }
 
 #[cfg(test)]
@@ -70,8 +103,16 @@ mod tests {
         assert_eq!(clock.now(), 0);
         clock.sleep_until(7 * MS).await;
         assert_eq!(clock.now(), 7 * MS);
-        tokio::time::sleep(Duration::from_micros(3)).await;
-        assert_eq!(clock.now(), 7 * MS + 3 * US);
         assert_eq!(clock.until(5 * MS), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn virtual_clock_resolves_microseconds() {
+        let clock = Clock::start_virtual();
+        let at = 2_730 * US;
+        tokio::time::sleep(clock.until(at)).await;
+        assert_eq!(clock.now(), at, "a real-time clock would have rounded to 3 ms");
+        clock.sleep_until(at + 17 * US).await;
+        assert_eq!(clock.now(), at + 17 * US);
     }
 }

@@ -14,11 +14,11 @@ mod resnet;
 mod stats;
 mod transfer;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use clap::Parser;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::CudaStream;
@@ -30,7 +30,7 @@ use crate::transfer::{LoadParams, Repetitions, Staging, TransferCase, TransferRe
 
 /// Exit status when the machine has no usable GPU (driver, device or cuBLAS).
 const EXIT_NO_GPU: u8 = 2;
-/// Exit status when a measurement fails after the GPU was opened.
+/// Exit status for any other failure (bad --out, a failed CUDA call mid-measurement).
 const EXIT_FAILED: u8 = 1;
 const MIB: usize = 1 << 20;
 const MB: usize = 1_000_000;
@@ -115,7 +115,7 @@ fn main() -> ExitCode {
             ExitCode::from(EXIT_NO_GPU)
         }
         Err(Failure::Measurement(e)) => {
-            eprintln!("gpu-probe: measurement failed: {e:#}");
+            eprintln!("gpu-probe: error: {e:#}");
             ExitCode::from(EXIT_FAILED)
         }
     }
@@ -129,6 +129,7 @@ struct Rig {
 }
 
 fn run(args: &Args) -> Result<(), Failure> {
+    check_out_dir(&args.out)?;
     let gpu = gpu::open(args.device)?;
     eprintln!(
         "gpu-probe: opened {} (device {})",
@@ -158,6 +159,17 @@ fn run(args: &Args) -> Result<(), Failure> {
     report::write_json(&report, &args.out)?;
     eprintln!("gpu-probe: wrote {}", args.out.display());
     Ok(())
+}
+
+/// Fails before any measuring if `--out` cannot be written where it points,
+/// rather than after a minute of work.
+fn check_out_dir(out: &Path) -> Result<()> {
+    match out.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => {
+            bail!("the directory of --out {} does not exist", out.display())
+        }
+        _ => Ok(()),
+    }
 }
 
 fn measure_transfers(

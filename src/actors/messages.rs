@@ -1,0 +1,160 @@
+//! The typed messages between actors.
+//!
+//! Requests flow one way: API -> [`Controller`](super::Controller) ([`Infer`]) ->
+//! [`Executor`](super::Executor) ([`Execute`]) -> controller ([`ActionReport`]) -> API (the
+//! [`InferResult`] of the `Infer`). Executors fetch model artifacts from the
+//! [`ModelCache`](super::ModelCache) ([`FetchArtifact`]). Every actor answers a snapshot
+//! message with a plain, serialisable view of its state.
+
+use std::sync::Arc;
+
+use actix::Message;
+use serde::Serialize;
+
+use crate::gpu::{BatchOutputs, ModelArtifact};
+use crate::model::{ActionId, DeviceId, ModelId, ModelSpec, RequestId};
+use crate::scheduler::{Action, ActionError, Measured, PolicySnapshot, Refusal};
+use crate::tensor::Tensor;
+use crate::time::Nanos;
+
+/// One inference request: one item of the model's inputs.
+#[derive(Debug, Message)]
+#[rtype(result = "InferResult")]
+pub struct Infer {
+    /// Name of the model.
+    pub model: String,
+    pub inputs: Vec<Tensor>,
+    /// Latency objective; the model's own if `None`.
+    pub slo: Option<Nanos>,
+}
+
+/// The one answer to an [`Infer`].
+pub type InferResult = Result<Inferred, InferError>;
+
+/// A successful inference.
+#[derive(Debug, Clone)]
+pub struct Inferred {
+    pub request: RequestId,
+    pub model: ModelId,
+    pub outputs: Vec<Tensor>,
+    /// The device only emulated the model: the outputs are not a real inference.
+    pub emulated: bool,
+    /// The answer came after the deadline (the estimates were wrong).
+    pub late: bool,
+    pub timing: RequestTiming,
+}
+
+/// Where the time of a request went.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct RequestTiming {
+    pub arrival: Nanos,
+    pub deadline: Nanos,
+    /// Execution of its batch as the executor measured it.
+    pub exec: Measured,
+    pub answered: Nanos,
+    pub batch: u32,
+    pub device: DeviceId,
+}
+
+/// Why an [`Infer`] has no result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InferError {
+    #[error("refused: {}", .0.kind())]
+    Refused(Refusal),
+    #[error("bad input: {0}")]
+    BadInput(String),
+    #[error("execution failed: {0}")]
+    Failed(ActionError),
+}
+
+impl InferError {
+    /// Stable label for error types and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            InferError::Refused(r) => r.kind(),
+            InferError::BadInput(_) => "bad_input",
+            InferError::Failed(_) => "execution_failed",
+        }
+    }
+}
+
+/// An action for an executor, with the inputs of an INFER's requests in batch order.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Execute {
+    pub action: Action,
+    pub inputs: Vec<Arc<Vec<Tensor>>>,
+}
+
+/// An executor's report of an action.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct ActionReport {
+    pub action: ActionId,
+    pub device: DeviceId,
+    pub result: Result<Measured, ActionError>,
+    /// Outputs of an INFER that ran.
+    pub outputs: Option<BatchOutputs>,
+}
+
+/// Asks the model cache for what a LOAD needs.
+#[derive(Debug, Message)]
+#[rtype(result = "Option<Arc<ModelArtifact>>")]
+pub struct FetchArtifact(pub ModelId);
+
+/// Asks the model cache for every registered model.
+#[derive(Debug, Message)]
+#[rtype(result = "Vec<Arc<ModelArtifact>>")]
+pub struct ListModels;
+
+/// Registers a model with the cache; answers its id.
+#[derive(Debug, Message)]
+#[rtype(result = "ModelId")]
+pub struct RegisterArtifact {
+    pub spec: ModelSpec,
+    pub bytes: Option<Arc<[u8]>>,
+}
+
+/// Asks the controller for its state.
+#[derive(Debug, Message)]
+#[rtype(result = "ControllerSnapshot")]
+pub struct SnapshotController;
+
+/// The controller's state.
+#[derive(Debug, Clone, Serialize)]
+pub struct ControllerSnapshot {
+    pub now: Nanos,
+    /// Requests admitted and not answered yet.
+    pub pending: usize,
+    pub admitted: u64,
+    pub answered: u64,
+    pub draining: bool,
+    pub policy: PolicySnapshot,
+}
+
+/// Asks an executor for its state.
+#[derive(Debug, Message)]
+#[rtype(result = "ExecutorSnapshot")]
+pub struct SnapshotExecutor;
+
+/// An executor's state.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExecutorSnapshot {
+    pub device: DeviceId,
+    pub kind: String,
+    pub pages: u32,
+    pub pages_used: u32,
+    /// Models whose weights are resident and ready.
+    pub resident: Vec<ModelId>,
+    /// Actions waiting per lane (exec, load).
+    pub waiting: [usize; 2],
+    /// Whether each lane (exec, load) is running an action.
+    pub busy: [bool; 2],
+    pub completed: u64,
+    pub refused_late: u64,
+}
+
+/// Stops admitting requests and answers once every admitted request is answered.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Drain;

@@ -1,0 +1,19 @@
+//! The actors of the runtime and how they are put together.
+//!
+//! - [`Controller`]: queues, the device mirror and the policy; answers requests.
+//! - [`Executor`]: one per device; runs actions on a [`Backend`](crate::gpu::Backend).
+//! - [`ModelCache`]: registered models and their artifacts.
+//!
+//! [`RuntimeBuilder`] wires them up, on threads of their own for serving or all on the
+//! current thread so that a paused tokio clock drives them in virtual time.
+
+mod controller;
+mod executor;
+pub mod messages;
+mod model_cache;
+mod runtime;
+
+pub use controller::{Controller, ControllerParts};
+pub use executor::{Executor, ExecutorLinks};
+pub use model_cache::ModelCache;
+pub use runtime::{Placement, Runtime, RuntimeBuilder, StartError};

@@ -1,0 +1,82 @@
+//! Typed telemetry events, published by the controller for whoever subscribes.
+//!
+//! Metrics, logs, dashboards and the simulator's report are subscribers: they receive
+//! events on a broadcast channel and never sit on the request path. A subscriber that falls
+//! behind loses the oldest events (and learns how many), it never slows the controller.
+
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+use crate::model::{ActionId, DeviceId, ModelId, RequestId};
+use crate::scheduler::Measured;
+use crate::time::Nanos;
+
+/// Events kept for a subscriber that has not read them yet.
+const BACKLOG: usize = 65_536;
+
+/// Something that happened in the runtime.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    RequestAnswered(RequestAnswered),
+    ActionDone(ActionDone),
+}
+
+/// A request got its one answer.
+#[derive(Clone, Debug, Serialize)]
+pub struct RequestAnswered {
+    pub request: RequestId,
+    pub model: ModelId,
+    pub arrival: Nanos,
+    pub answered: Nanos,
+    pub slo: Nanos,
+    /// `ok`, `late`, a refusal kind, or `failed`.
+    pub outcome: &'static str,
+    /// Size of the batch it ran in, if it ran.
+    pub batch: Option<u32>,
+}
+
+/// An executor reported an action.
+#[derive(Clone, Debug, Serialize)]
+pub struct ActionDone {
+    pub action: ActionId,
+    pub device: DeviceId,
+    pub model: ModelId,
+    /// `load`, `unload` or `infer`.
+    pub kind: &'static str,
+    /// Duration the controller planned with.
+    pub expected: Nanos,
+    /// What the executor measured, if the action ran.
+    pub measured: Option<Measured>,
+    /// Why it did not complete, if it did not.
+    pub error: Option<String>,
+}
+
+/// The publishing side; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct EventBus {
+    sender: broadcast::Sender<Event>,
+}
+
+impl Default for EventBus {
+    fn default() -> Self {
+        Self {
+            sender: broadcast::channel(BACKLOG).0,
+        }
+    }
+}
+
+impl EventBus {
+    /// A new receiver of every event published from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.sender.subscribe()
+    }
+
+    /// Publishes to current subscribers; costs nothing when there are none.
+    pub fn publish(&self, event: impl FnOnce() -> Event) {
+        if self.sender.receiver_count() > 0 {
+            // An error only means every subscriber left in between: nothing to do.
+            let _ = self.sender.send(event());
+        }
+    }
+}

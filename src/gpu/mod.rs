@@ -1,0 +1,91 @@
+//! What an executor runs on: the [`Backend`] trait and its implementations.
+//!
+//! The executor owns the semantics that are the same everywhere (lanes, `earliest` and
+//! `latest`, page accounting, residency checks, timing); a backend only does the work:
+//! copy weights in, drop them, run a batch. Backends are driven from the executor's
+//! thread and return futures, so an emulated device can wait on the (possibly virtual)
+//! clock while a real one waits on its own thread or device.
+//!
+//! - [`sim`]: an emulated device following latency profiles (first-class, for testers).
+//! - [`thread`]: adapter that runs a blocking device on a dedicated thread; real
+//!   backends (cpu, cuda) implement [`thread::BlockingDevice`].
+
+pub mod profiles;
+pub mod sim;
+pub mod thread;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::model::{ModelId, ModelSpec};
+use crate::tensor::Tensor;
+use crate::time::Nanos;
+
+/// Errors of a device doing its work.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DeviceError {
+    #[error("injected fault: {0}")]
+    Injected(&'static str),
+    #[error("model {0:?} is not loaded on this device")]
+    NotLoaded(ModelId),
+    #[error("bad input: {0}")]
+    BadInput(String),
+    #[error("device is gone: {0}")]
+    Gone(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// The future of a backend operation.
+pub type BackendFuture<T> = Pin<Box<dyn Future<Output = Result<T, DeviceError>>>>;
+
+/// What a device is, for the controller and for responses.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackendInfo {
+    /// Kind of device (estimates are kept per kind), e.g. `v100`.
+    pub kind: String,
+    /// Weight pages it offers.
+    pub pages: u32,
+    /// Whether results are emulated rather than computed; every response says so.
+    pub emulated: bool,
+}
+
+/// A model as a device receives it on LOAD: its description and whatever bytes the
+/// backend prepares from (none for an emulated device).
+#[derive(Clone, Debug)]
+pub struct ModelArtifact {
+    pub id: ModelId,
+    pub spec: ModelSpec,
+    pub bytes: Option<Arc<[u8]>>,
+}
+
+/// One batch to execute: the inputs of each request, in batch order.
+#[derive(Clone, Debug)]
+pub struct InferJob {
+    pub model: ModelId,
+    pub inputs: Vec<Arc<Vec<Tensor>>>,
+}
+
+/// What a device did: its result and, if it can time itself, how long the work took.
+#[derive(Clone, Debug)]
+pub struct Executed<T> {
+    pub value: T,
+    /// Duration measured by the device (CUDA events); `None` to use the host's timing.
+    pub device_time: Option<Nanos>,
+}
+
+/// The outputs of each request of a batch, in batch order.
+pub type BatchOutputs = Vec<Vec<Tensor>>;
+
+/// A device an executor can drive.
+pub trait Backend: Send + 'static {
+    fn info(&self) -> BackendInfo;
+    /// Prepares the model on the device; pages are already accounted by the executor.
+    fn load(&self, artifact: Arc<ModelArtifact>) -> BackendFuture<Executed<()>>;
+    /// Drops the model from the device.
+    fn unload(&self, model: ModelId) -> BackendFuture<Executed<()>>;
+    /// Runs one batch of a loaded model.
+    fn infer(&self, job: InferJob) -> BackendFuture<Executed<BatchOutputs>>;
+}
+

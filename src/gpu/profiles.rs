@@ -1,0 +1,130 @@
+//! Built-in device and model profiles, from published measurements.
+//!
+//! Model profiles are measured on the reference device (a V100); a device profile's
+//! `speed` scales them for other devices, and measured estimates take over once serving.
+
+use crate::model::{BatchLatency, DataType, ModelProfile, ModelSpec, TensorSpec};
+use crate::time::{Nanos, US};
+
+/// An emulated device's hardware.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceProfile {
+    /// Kind name, shared by devices whose estimates may be pooled.
+    pub kind: &'static str,
+    /// Weight pages (16 MiB each).
+    pub pages: u32,
+    /// Host-to-device weight transfer rate.
+    pub load_bytes_per_s: f64,
+    /// Execution speed relative to the reference device of the model profiles.
+    pub speed: f64,
+}
+
+/// Looks up a built-in device profile by name.
+pub fn device(name: &str) -> Option<DeviceProfile> {
+    match name {
+        // Clockwork: a 32 GB V100 gave 1376 pages of 16 MiB to weights; ResNet50's 102 MB
+        // took 8.31 ms to copy.
+        "v100" => Some(DeviceProfile {
+            kind: "v100",
+            pages: 1376,
+            load_bytes_per_s: 102e6 / 8.31e-3,
+            speed: 1.0,
+        }),
+        _ => None,
+    }
+}
+
+/// Names of the built-in device profiles.
+pub const DEVICES: &[&str] = &["v100"];
+
+/// Names of the built-in model profiles.
+pub const MODELS: &[&str] = &["resnet50", "mlp-small", "zero"];
+
+fn batches(latencies: &[(u32, Nanos)]) -> Vec<BatchLatency> {
+    latencies
+        .iter()
+        .map(|&(batch, latency)| BatchLatency { batch, latency })
+        .collect()
+}
+
+fn tensor(name: &str, shape: &[i64]) -> TensorSpec {
+    TensorSpec {
+        name: name.into(),
+        datatype: DataType::Fp32,
+        shape: shape.to_vec(),
+    }
+}
+
+/// Looks up a built-in model profile by name; `name` becomes the model's name.
+pub fn model(profile: &str, name: &str, slo: Nanos) -> Option<ModelSpec> {
+    let us = |v: f64| (v * US as f64) as Nanos;
+    let (inputs, outputs, profile) = match profile {
+        // Clockwork's ResNet50 on a V100: batch 1/2/4/8/16, 102 MB of weights.
+        "resnet50" => (
+            vec![tensor("data", &[3, 224, 224])],
+            vec![tensor("prob", &[1000])],
+            ModelProfile {
+                weight_bytes: 102_000_000,
+                load_latency: us(8310.0),
+                batches: batches(&[
+                    (1, us(2730.0)),
+                    (2, us(4050.0)),
+                    (4, us(5880.0)),
+                    (8, us(9930.0)),
+                    (16, us(17330.0)),
+                ]),
+            },
+        ),
+        // A small multilayer perceptron: quick to run and to load.
+        "mlp-small" => (
+            vec![tensor("input", &[64])],
+            vec![tensor("output", &[10])],
+            ModelProfile {
+                weight_bytes: 4_000_000,
+                load_latency: us(330.0),
+                batches: batches(&[(1, us(120.0)), (2, us(140.0)), (4, us(180.0)), (8, us(260.0))]),
+            },
+        ),
+        // Takes no time at all: isolates the runtime's own overhead in benchmarks.
+        "zero" => (
+            vec![tensor("input", &[4])],
+            vec![tensor("output", &[4])],
+            ModelProfile {
+                weight_bytes: 1,
+                load_latency: 0,
+                batches: batches(&[(1, 0), (2, 0), (4, 0), (8, 0), (16, 0)]),
+            },
+        ),
+        _ => return None,
+    };
+    Some(ModelSpec {
+        name: name.into(),
+        inputs,
+        outputs,
+        slo,
+        profile,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::MS;
+
+    #[test]
+    fn resnet50_on_v100_matches_the_paper() {
+        let spec = model("resnet50", "r", 100 * MS).unwrap();
+        assert_eq!(spec.profile.latency(16), Some(17_330_000));
+        assert_eq!(spec.profile.pages(16 << 20), 7);
+        let v100 = device("v100").unwrap();
+        let load_s = spec.profile.weight_bytes as f64 / v100.load_bytes_per_s;
+        assert!((load_s - 8.31e-3).abs() < 1e-6);
+    }
+
+    #[test]
+    fn every_listed_profile_exists() {
+        assert!(MODELS.iter().all(|m| model(m, m, MS).is_some()));
+        assert!(DEVICES.iter().all(|d| device(d).is_some()));
+        assert!(model("nope", "x", MS).is_none());
+    }
+}
