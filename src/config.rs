@@ -12,14 +12,16 @@ use serde::Deserialize;
 /// Errors reading the configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Read {
         path: String,
+        #[source]
         source: std::io::Error,
     },
-    #[error("invalid configuration {path}: {source}")]
+    #[error("invalid configuration {path}")]
     Parse {
         path: String,
+        #[source]
         source: Box<toml::de::Error>,
     },
     #[error("invalid configuration: {0}")]
@@ -258,7 +260,15 @@ mod tests {
     #[test]
     fn unknown_keys_are_named() {
         let err = Config::parse("[policy]\nschedule_ahaed = \"5ms\"\n").unwrap_err();
-        assert!(err.to_string().contains("schedule_ahaed"), "{err}");
+        let ConfigError::Parse { source, .. } = err else {
+            panic!("expected a parse error, got {err}");
+        };
+        assert!(
+            source
+                .to_string()
+                .contains("unknown field `schedule_ahaed`"),
+            "{source}"
+        );
     }
 
     #[test]

@@ -2,10 +2,12 @@
 //! promise is predictable latency. See docs/ARCHITECTURE.md for the map.
 
 pub mod actors;
+pub mod api;
 pub mod config;
 pub mod events;
 pub mod gpu;
 pub mod model;
 pub mod scheduler;
+pub mod serve;
 pub mod tensor;
 pub mod time;

@@ -63,7 +63,11 @@ pub fn check_inputs(spec: &ModelSpec, inputs: &[Tensor]) -> Result<(), String> {
             ));
         }
         let fits = tensor.shape.len() == declared.shape.len()
-            && tensor.shape.iter().zip(&declared.shape).all(|(&got, &want)| want < 0 || got as i64 == want);
+            && tensor
+                .shape
+                .iter()
+                .zip(&declared.shape)
+                .all(|(&got, &want)| want < 0 || got as i64 == want);
         if !fits {
             return Err(format!(
                 "input '{}' has shape {:?}, the model takes {:?}",
@@ -81,7 +85,10 @@ pub fn check_inputs(spec: &ModelSpec, inputs: &[Tensor]) -> Result<(), String> {
             }
         }
     }
-    if let Some(extra) = inputs.iter().find(|t| !spec.inputs.iter().any(|d| d.name == t.name)) {
+    if let Some(extra) = inputs
+        .iter()
+        .find(|t| !spec.inputs.iter().any(|d| d.name == t.name))
+    {
         return Err(format!("unexpected input '{}'", extra.name));
     }
     Ok(())
@@ -109,6 +116,8 @@ mod tests {
         assert!(check_inputs(&spec, &[shape]).unwrap_err().contains("shape"));
         assert!(check_inputs(&spec, &[]).unwrap_err().contains("missing"));
         let extra = Tensor::from_f32("other", vec![1], &[0.0]);
-        assert!(check_inputs(&spec, &[good, extra]).unwrap_err().contains("unexpected"));
+        assert!(check_inputs(&spec, &[good, extra])
+            .unwrap_err()
+            .contains("unexpected"));
     }
 }

@@ -111,7 +111,11 @@ mod tests {
         let clock = Clock::start_virtual();
         let at = 2_730 * US;
         tokio::time::sleep(clock.until(at)).await;
-        assert_eq!(clock.now(), at, "a real-time clock would have rounded to 3 ms");
+        assert_eq!(
+            clock.now(),
+            at,
+            "a real-time clock would have rounded to 3 ms"
+        );
         clock.sleep_until(at + 17 * US).await;
         assert_eq!(clock.now(), at + 17 * US);
     }

@@ -66,7 +66,13 @@ fn rig(pages: u32) -> Rig {
 }
 
 impl Rig {
-    fn send(&mut self, model: ModelId, kind: ActionKind, earliest: Nanos, latest: Nanos) -> ActionId {
+    fn send(
+        &mut self,
+        model: ModelId,
+        kind: ActionKind,
+        earliest: Nanos,
+        latest: Nanos,
+    ) -> ActionId {
         self.next += 1;
         let id = ActionId(self.next);
         let n = match &kind {
@@ -130,7 +136,11 @@ fn refuses_what_cannot_start_by_latest() {
         assert_eq!(report.action, late);
         assert_eq!(report.result, Err(ActionError::TooLate));
         let snapshot = rig.executor.send(SnapshotExecutor).await.unwrap();
-        assert_eq!(snapshot.resident, vec![RESNET], "the refused load did nothing");
+        assert_eq!(
+            snapshot.resident,
+            vec![RESNET],
+            "the refused load did nothing"
+        );
         assert_eq!(snapshot.pages_used, 7);
     });
 }
@@ -154,7 +164,11 @@ fn load_lane_overlaps_exec_lane() {
         assert_eq!(done[1].0, infer);
         assert_eq!(load_m.begin, infer_m.begin, "both lanes started together");
         assert!(load_m.end < infer_m.end);
-        assert_eq!(rig.clock.now() - start, 17_330_000, "overlapped, not serialised");
+        assert_eq!(
+            rig.clock.now() - start,
+            17_330_000,
+            "overlapped, not serialised"
+        );
     });
 }
 
@@ -163,11 +177,16 @@ fn pages_are_never_over_capacity() {
     virtual_system().unwrap().block_on(async {
         // 14 pages: two ResNet50s (7 pages each) fit, a third does not.
         let mut rig = rig(14);
-        let loads: Vec<ActionId> = (0..3).map(|m| rig.send(ModelId(m), ActionKind::Load, 0, u64::MAX)).collect();
+        let loads: Vec<ActionId> = (0..3)
+            .map(|m| rig.send(ModelId(m), ActionKind::Load, 0, u64::MAX))
+            .collect();
         rig.measured(loads[0]).await;
         rig.measured(loads[1]).await;
         let third = rig.next().await;
-        assert_eq!((third.action, third.result), (loads[2], Err(ActionError::NoFreePages)));
+        assert_eq!(
+            (third.action, third.result),
+            (loads[2], Err(ActionError::NoFreePages))
+        );
         let snapshot = rig.executor.send(SnapshotExecutor).await.unwrap();
         assert_eq!((snapshot.pages_used, snapshot.pages), (14, 14));
         // Only an UNLOAD from the controller makes room.
@@ -187,7 +206,10 @@ fn infer_on_weights_that_are_not_resident_fails() {
         let mut rig = rig(100);
         let infer = rig.infer(RESNET, 1, 0, u64::MAX);
         let report = rig.next().await;
-        assert_eq!((report.action, report.result), (infer, Err(ActionError::NotResident)));
+        assert_eq!(
+            (report.action, report.result),
+            (infer, Err(ActionError::NotResident))
+        );
         assert!(report.outputs.is_none());
     });
 }

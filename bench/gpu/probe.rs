@@ -91,7 +91,7 @@ impl Args {
 /// Why the probe stopped; decides the message and the exit status.
 enum Failure {
     NoGpu(InitError),
-    Measurement(anyhow::Error),
+    Other(anyhow::Error),
 }
 
 impl From<InitError> for Failure {
@@ -102,7 +102,7 @@ impl From<InitError> for Failure {
 
 impl From<anyhow::Error> for Failure {
     fn from(e: anyhow::Error) -> Self {
-        Failure::Measurement(e)
+        Failure::Other(e)
     }
 }
 
@@ -114,7 +114,7 @@ fn main() -> ExitCode {
             eprintln!("gpu-probe: {e}");
             ExitCode::from(EXIT_NO_GPU)
         }
-        Err(Failure::Measurement(e)) => {
+        Err(Failure::Other(e)) => {
             eprintln!("gpu-probe: error: {e:#}");
             ExitCode::from(EXIT_FAILED)
         }

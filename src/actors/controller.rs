@@ -13,13 +13,15 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use super::messages::{
-    ActionReport, ControllerSnapshot, Drain, Execute, Infer, InferError, InferResult, Inferred, RequestTiming,
-    SnapshotController,
+    ActionReport, ControllerSnapshot, Drain, Execute, Infer, InferError, InferResult, Inferred,
+    RequestTiming, SnapshotController,
 };
 use crate::events::{self, Event, EventBus};
 use crate::gpu::BatchOutputs;
 use crate::model::{ActionId, DeviceId, ModelId, ModelSpec, RequestId};
-use crate::scheduler::{Action, ActionKind, Answer, Outcome, Plan, Policy, Refusal, Request, Verdict};
+use crate::scheduler::{
+    Action, ActionKind, Answer, Outcome, Plan, Policy, Refusal, Request, Verdict,
+};
 use crate::tensor::{check_inputs, Tensor};
 use crate::time::{Clock, Nanos};
 
@@ -100,7 +102,12 @@ impl Controller {
     }
 
     /// Validates a request and hands it to the policy; answers at once what cannot wait.
-    fn admit(&mut self, infer: Infer, reply: oneshot::Sender<InferResult>, ctx: &mut Context<Self>) {
+    fn admit(
+        &mut self,
+        infer: Infer,
+        reply: oneshot::Sender<InferResult>,
+        ctx: &mut Context<Self>,
+    ) {
         if self.draining {
             let _ = reply.send(Err(InferError::Refused(Refusal::ShuttingDown)));
             return;
@@ -190,12 +197,16 @@ impl Controller {
                         outputs,
                         emulated,
                         late,
-                        timing: RequestTiming { answered: now, ..timing },
+                        timing: RequestTiming {
+                            answered: now,
+                            ..timing
+                        },
                     };
                     (Ok(ok), if late { "late" } else { "ok" }, Some(timing.batch))
                 }
                 None => {
-                    let error = crate::scheduler::ActionError::Device("batch returned no outputs".into());
+                    let error =
+                        crate::scheduler::ActionError::Device("batch returned no outputs".into());
                     (Err(InferError::Failed(error)), "failed", None)
                 }
             },
@@ -266,7 +277,12 @@ impl Controller {
         self.step(ctx);
     }
 
-    fn stash_outputs(&mut self, sent: &Sent, exec: crate::scheduler::Measured, outputs: BatchOutputs) {
+    fn stash_outputs(
+        &mut self,
+        sent: &Sent,
+        exec: crate::scheduler::Measured,
+        outputs: BatchOutputs,
+    ) {
         let batch = sent.requests.len() as u32;
         for (&request, outputs) in sent.requests.iter().zip(outputs) {
             let Some(pending) = self.pending.get(&request) else {
@@ -289,8 +305,8 @@ impl Actor for Controller {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        // Requests are admitted or refused by the policy, never by a full mailbox.
-        ctx.set_mailbox_capacity(usize::MAX);
+        // Requests are admitted or refused by the policy, not held back by a small mailbox.
+        ctx.set_mailbox_capacity(super::MAILBOX);
     }
 }
 

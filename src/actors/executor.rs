@@ -15,7 +15,9 @@ use std::sync::Arc;
 use actix::prelude::*;
 
 use super::messages::{ActionReport, Execute, ExecutorSnapshot, FetchArtifact, SnapshotExecutor};
-use crate::gpu::{Backend, BackendFuture, BackendInfo, BatchOutputs, Executed, InferJob, ModelArtifact};
+use crate::gpu::{
+    Backend, BackendFuture, BackendInfo, BatchOutputs, Executed, InferJob, ModelArtifact,
+};
 use crate::model::{ActionId, DeviceId, ModelId};
 use crate::scheduler::{Action, ActionError, ActionKind, Measured};
 use crate::time::{Clock, Nanos};
@@ -62,7 +64,13 @@ pub struct Executor {
 }
 
 impl Executor {
-    pub fn new(device: DeviceId, clock: Clock, backend: Box<dyn Backend>, page_bytes: u64, links: ExecutorLinks) -> Self {
+    pub fn new(
+        device: DeviceId,
+        clock: Clock,
+        backend: Box<dyn Backend>,
+        page_bytes: u64,
+        links: ExecutorLinks,
+    ) -> Self {
         let info = backend.info();
         Self {
             device,
@@ -150,9 +158,18 @@ impl Executor {
     }
 
     /// Second half of a LOAD, once the model cache answered.
-    fn load_fetched(&mut self, action: Action, begin: Nanos, artifact: Option<Arc<ModelArtifact>>, ctx: &mut Context<Self>) {
+    fn load_fetched(
+        &mut self,
+        action: Action,
+        begin: Nanos,
+        artifact: Option<Arc<ModelArtifact>>,
+        ctx: &mut Context<Self>,
+    ) {
         let checked = match artifact {
-            None => Err(ActionError::Device(format!("model {:?} is not registered", action.model))),
+            None => Err(ActionError::Device(format!(
+                "model {:?} is not registered",
+                action.model
+            ))),
             Some(_) if self.weights.contains_key(&action.model) => {
                 Err(ActionError::Device("model is already resident".into()))
             }
@@ -168,7 +185,13 @@ impl Executor {
         match checked {
             Ok((artifact, pages)) => {
                 self.pages_used += pages;
-                self.weights.insert(action.model, Weights { pages, ready: false });
+                self.weights.insert(
+                    action.model,
+                    Weights {
+                        pages,
+                        ready: false,
+                    },
+                );
                 let work = self.backend.load(artifact);
                 self.run(LOAD, action, begin, without_outputs(work), ctx);
             }
@@ -177,14 +200,28 @@ impl Executor {
     }
 
     /// Runs backend work on the lane and finishes the action when it is done.
-    fn run(&mut self, lane: usize, action: Action, begin: Nanos, work: BackendFuture<Executed<Option<BatchOutputs>>>, ctx: &mut Context<Self>) {
+    fn run(
+        &mut self,
+        lane: usize,
+        action: Action,
+        begin: Nanos,
+        work: BackendFuture<Executed<Option<BatchOutputs>>>,
+        ctx: &mut Context<Self>,
+    ) {
         self.lanes[lane].busy = true;
         let done = work.into_actor(self).map(move |result, act, ctx| {
             let end = act.clock.now();
             let (measured, outputs) = match result {
                 Ok(executed) => {
                     let duration = executed.device_time.unwrap_or(end - begin);
-                    (Ok(Measured { begin, end, duration }), executed.value)
+                    (
+                        Ok(Measured {
+                            begin,
+                            end,
+                            duration,
+                        }),
+                        executed.value,
+                    )
                 }
                 Err(error) => (Err(ActionError::Device(error.to_string())), None),
             };
@@ -193,7 +230,14 @@ impl Executor {
         ctx.spawn(done);
     }
 
-    fn finish(&mut self, lane: usize, action: &Action, result: Result<Measured, ActionError>, outputs: Option<BatchOutputs>, ctx: &mut Context<Self>) {
+    fn finish(
+        &mut self,
+        lane: usize,
+        action: &Action,
+        result: Result<Measured, ActionError>,
+        outputs: Option<BatchOutputs>,
+        ctx: &mut Context<Self>,
+    ) {
         if matches!(action.kind, ActionKind::Load) {
             match result {
                 Ok(_) => {
@@ -214,7 +258,12 @@ impl Executor {
         self.pump(lane, ctx);
     }
 
-    fn report(&self, action: &Action, result: Result<Measured, ActionError>, outputs: Option<BatchOutputs>) {
+    fn report(
+        &self,
+        action: &Action,
+        result: Result<Measured, ActionError>,
+        outputs: Option<BatchOutputs>,
+    ) {
         self.links.reports.do_send(ActionReport {
             action: action.id,
             device: self.device,
@@ -224,7 +273,9 @@ impl Executor {
     }
 }
 
-fn with_outputs(work: BackendFuture<Executed<BatchOutputs>>) -> BackendFuture<Executed<Option<BatchOutputs>>> {
+fn with_outputs(
+    work: BackendFuture<Executed<BatchOutputs>>,
+) -> BackendFuture<Executed<Option<BatchOutputs>>> {
     Box::pin(async move {
         work.await.map(|e| Executed {
             value: Some(e.value),
@@ -233,7 +284,9 @@ fn with_outputs(work: BackendFuture<Executed<BatchOutputs>>) -> BackendFuture<Ex
     })
 }
 
-fn without_outputs(work: BackendFuture<Executed<()>>) -> BackendFuture<Executed<Option<BatchOutputs>>> {
+fn without_outputs(
+    work: BackendFuture<Executed<()>>,
+) -> BackendFuture<Executed<Option<BatchOutputs>>> {
     Box::pin(async move {
         work.await.map(|e| Executed {
             value: None,
@@ -246,8 +299,8 @@ impl Actor for Executor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        // A burst of actions must not be throttled by the default mailbox bound.
-        ctx.set_mailbox_capacity(usize::MAX);
+        // A burst of actions must not be throttled by the default mailbox bound (16).
+        ctx.set_mailbox_capacity(super::MAILBOX);
     }
 }
 
@@ -255,7 +308,11 @@ impl Handler<Execute> for Executor {
     type Result = ();
 
     fn handle(&mut self, execute: Execute, ctx: &mut Context<Self>) {
-        let lane = if execute.action.kind.is_load_lane() { LOAD } else { EXEC };
+        let lane = if execute.action.kind.is_load_lane() {
+            LOAD
+        } else {
+            EXEC
+        };
         let key = (execute.action.earliest, execute.action.id);
         self.lanes[lane].waiting.insert(key, execute);
         self.pump(lane, ctx);
@@ -266,7 +323,12 @@ impl Handler<SnapshotExecutor> for Executor {
     type Result = MessageResult<SnapshotExecutor>;
 
     fn handle(&mut self, _: SnapshotExecutor, _: &mut Context<Self>) -> Self::Result {
-        let mut resident: Vec<ModelId> = self.weights.iter().filter(|(_, w)| w.ready).map(|(&m, _)| m).collect();
+        let mut resident: Vec<ModelId> = self
+            .weights
+            .iter()
+            .filter(|(_, w)| w.ready)
+            .map(|(&m, _)| m)
+            .collect();
         resident.sort_unstable();
         MessageResult(ExecutorSnapshot {
             device: self.device,
@@ -274,7 +336,10 @@ impl Handler<SnapshotExecutor> for Executor {
             pages: self.info.pages,
             pages_used: self.pages_used,
             resident,
-            waiting: [self.lanes[EXEC].waiting.len(), self.lanes[LOAD].waiting.len()],
+            waiting: [
+                self.lanes[EXEC].waiting.len(),
+                self.lanes[LOAD].waiting.len(),
+            ],
             busy: [self.lanes[EXEC].busy, self.lanes[LOAD].busy],
             completed: self.completed,
             refused_late: self.refused_late,

@@ -7,6 +7,11 @@
 //! [`RuntimeBuilder`] wires them up, on threads of their own for serving or all on the
 //! current thread so that a paused tokio clock drives them in virtual time.
 
+/// Messages an actor's mailbox holds before `send` waits. `do_send` (actions, reports)
+/// ignores it; it only slows callers that outrun the controller by this much.
+/// (Not `usize::MAX`: actix adds the sender count to it.)
+const MAILBOX: usize = 1 << 16;
+
 mod controller;
 mod executor;
 pub mod messages;

@@ -9,7 +9,7 @@ use crate::events::EventBus;
 use crate::gpu::profiles;
 use crate::gpu::sim::{SimDevice, SimSettings};
 use crate::gpu::Backend;
-use crate::model::{ModelSpec, ModelId};
+use crate::model::{ModelId, ModelSpec};
 use crate::scheduler::{self, DeviceInfo, ModelInfo};
 use crate::time::{nanos, Clock};
 
@@ -31,7 +31,11 @@ pub enum StartError {
     #[error("unknown model profile '{0}' (built-in: {known})", known = profiles::MODELS.join(", "))]
     UnknownModelProfile(String),
     #[error("model '{name}' needs {pages} pages, more than any device has ({largest})")]
-    ModelTooLarge { name: String, pages: u32, largest: u32 },
+    ModelTooLarge {
+        name: String,
+        pages: u32,
+        largest: u32,
+    },
     #[error("duplicate model name '{0}'")]
     DuplicateModel(String),
     #[error("no devices configured")]
@@ -123,7 +127,12 @@ impl RuntimeBuilder {
     }
 
     fn check(&self) -> Result<(), StartError> {
-        let largest = self.devices.iter().map(|d| d.info().pages).max().ok_or(StartError::NoDevices)?;
+        let largest = self
+            .devices
+            .iter()
+            .map(|d| d.info().pages)
+            .max()
+            .ok_or(StartError::NoDevices)?;
         let mut names = std::collections::HashSet::new();
         for spec in &self.models {
             if !names.insert(spec.name.as_str()) {
@@ -132,7 +141,11 @@ impl RuntimeBuilder {
             let pages = spec.profile.pages(self.policy.page_bytes);
             if pages > largest {
                 let name = spec.name.clone();
-                return Err(StartError::ModelTooLarge { name, pages, largest });
+                return Err(StartError::ModelTooLarge {
+                    name,
+                    pages,
+                    largest,
+                });
             }
         }
         Ok(())
@@ -189,7 +202,9 @@ impl RuntimeBuilder {
             };
             let device = crate::model::DeviceId(i as u32);
             let page_bytes = self.policy.page_bytes;
-            let make = move |_: &mut Context<Executor>| Executor::new(device, clock, backend, page_bytes, links);
+            let make = move |_: &mut Context<Executor>| {
+                Executor::new(device, clock, backend, page_bytes, links)
+            };
             let addr = match self.placement {
                 Placement::CurrentThread => Executor::start_in_arbiter(&home, make),
                 Placement::Threads => {
@@ -239,6 +254,9 @@ impl Runtime {
 
     /// Id of a model by name.
     pub fn model_id(&self, name: &str) -> Option<ModelId> {
-        self.models.iter().position(|m| m.name == name).map(|i| ModelId(i as u32))
+        self.models
+            .iter()
+            .position(|m| m.name == name)
+            .map(|i| ModelId(i as u32))
     }
 }

@@ -88,4 +88,3 @@ pub trait Backend: Send + 'static {
     /// Runs one batch of a loaded model.
     fn infer(&self, job: InferJob) -> BackendFuture<Executed<BatchOutputs>>;
 }
-

@@ -82,7 +82,12 @@ pub fn model(profile: &str, name: &str, slo: Nanos) -> Option<ModelSpec> {
             ModelProfile {
                 weight_bytes: 4_000_000,
                 load_latency: us(330.0),
-                batches: batches(&[(1, us(120.0)), (2, us(140.0)), (4, us(180.0)), (8, us(260.0))]),
+                batches: batches(&[
+                    (1, us(120.0)),
+                    (2, us(140.0)),
+                    (4, us(180.0)),
+                    (8, us(260.0)),
+                ]),
             },
         ),
         // Takes no time at all: isolates the runtime's own overhead in benchmarks.

@@ -12,7 +12,10 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use super::{Backend, BackendFuture, BackendInfo, BatchOutputs, DeviceError, Executed, InferJob, ModelArtifact};
+use super::{
+    Backend, BackendFuture, BackendInfo, BatchOutputs, DeviceError, Executed, InferJob,
+    ModelArtifact,
+};
 use crate::model::ModelId;
 use crate::time::{nanos, Nanos};
 
@@ -61,7 +64,10 @@ impl DeviceThread {
 
     fn submit<T: 'static>(&self, job: impl FnOnce(Reply<T>) -> Job) -> BackendFuture<Executed<T>> {
         let (reply, done) = oneshot::channel();
-        let sent = self.jobs.as_ref().is_some_and(|jobs| jobs.send(job(reply)).is_ok());
+        let sent = self
+            .jobs
+            .as_ref()
+            .is_some_and(|jobs| jobs.send(job(reply)).is_ok());
         Box::pin(async move {
             if !sent {
                 return Err(DeviceError::Gone("device thread has stopped".into()));
@@ -83,7 +89,10 @@ impl Drop for DeviceThread {
 }
 
 fn serve(mut device: impl BlockingDevice, queue: mpsc::Receiver<Job>) {
-    fn timed<T, D: BlockingDevice>(device: &mut D, work: impl FnOnce(&mut D) -> Result<T, DeviceError>) -> Result<Executed<T>, DeviceError> {
+    fn timed<T, D: BlockingDevice>(
+        device: &mut D,
+        work: impl FnOnce(&mut D) -> Result<T, DeviceError>,
+    ) -> Result<Executed<T>, DeviceError> {
         let begin = Instant::now();
         let value = work(device)?;
         let host = nanos(begin.elapsed());

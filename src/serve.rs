@@ -1,0 +1,66 @@
+//! `clockwork serve`: the actor system behind the HTTP API, in real time.
+//!
+//! This function is the one owner of shutdown: on SIGINT or SIGTERM it makes the
+//! controller stop admitting (new requests are refused as `shutting_down`), lets the HTTP
+//! server finish the requests in flight (each is answered by its deadline at the latest),
+//! then stops the actors.
+
+use actix_web::{web, App, HttpServer};
+use anyhow::Context as _;
+
+use crate::actors::messages::Drain;
+use crate::actors::{Placement, RuntimeBuilder};
+use crate::api::{self, ApiState};
+use crate::config::Config;
+use crate::time::Clock;
+
+/// Serves until a termination signal, then shuts down cleanly.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let clock = Clock::start();
+    let runtime = RuntimeBuilder::from_config(clock, &config)?
+        .placement(Placement::Threads)
+        .start()?;
+    let state = web::Data::new(ApiState {
+        controller: runtime.controller.clone(),
+    });
+    let server = HttpServer::new(move || App::new().app_data(state.clone()).configure(api::routes))
+        .disable_signals()
+        .shutdown_timeout(config.server.shutdown_grace.as_secs().max(1))
+        .bind(&config.server.listen)
+        .with_context(|| format!("cannot listen on {}", config.server.listen))?;
+    for address in server.addrs() {
+        tracing::info!(%address, devices = runtime.executors.len(), models = runtime.models.len(), "listening");
+    }
+    let server = server.run();
+    let handle = server.handle();
+    let serving = actix_web::rt::spawn(server);
+    let signal = termination().await?;
+    tracing::info!(signal, "shutting down: answering requests in flight");
+    // Stop admitting first, so nothing new slips in while connections wind down.
+    runtime.controller.send(Drain).await.ok();
+    handle.stop(true).await;
+    serving.await.context("HTTP server task")??;
+    runtime.shutdown().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Waits for SIGINT or SIGTERM and names it.
+async fn termination() -> anyhow::Result<&'static str> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => Ok("SIGINT"),
+            _ = term.recv() => Ok("SIGTERM"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c()
+            .await
+            .context("cannot watch Ctrl-C")?;
+        Ok("Ctrl-C")
+    }
+}
