@@ -5,7 +5,9 @@
 //! never plans two things into the same pages or the same slice of time.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
+
+use super::ids::IdMap;
 
 use crate::model::{ActionId, ModelId};
 use crate::time::Nanos;
@@ -96,9 +98,12 @@ pub struct DeviceMirror {
     pub used: u32,
     pub exec: Lane,
     pub load: Lane,
-    pub residents: HashMap<ModelId, Residency>,
+    pub residents: IdMap<ModelId, Residency>,
     /// Strategies of resident models, most urgent first.
     pub strategies: BinaryHeap<StrategyEntry>,
+    /// A load pass that found nothing to do is not retried before this, unless the
+    /// device's residency changes first: keeps overload from scanning every event.
+    pub load_retry_at: Nanos,
 }
 
 impl DeviceMirror {
@@ -109,8 +114,9 @@ impl DeviceMirror {
             used: 0,
             exec: Lane::default(),
             load: Lane::default(),
-            residents: HashMap::new(),
+            residents: IdMap::default(),
             strategies: BinaryHeap::new(),
+            load_retry_at: 0,
         }
     }
 
@@ -126,6 +132,7 @@ impl DeviceMirror {
     pub fn reserve(&mut self, model: ModelId, pages: u32, now: Nanos) {
         debug_assert!(pages <= self.free_pages());
         self.used += pages;
+        self.load_retry_at = 0;
         let residency = Residency {
             ready: false,
             pages,
@@ -140,6 +147,7 @@ impl DeviceMirror {
         if let Some(r) = self.residents.remove(&model) {
             self.used -= r.pages;
         }
+        self.load_retry_at = 0;
     }
 }
 

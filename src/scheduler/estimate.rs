@@ -4,61 +4,56 @@
 //! batch size on one kind of device, or a model's weight load) and answers a high
 //! percentile of them. It starts from a profiled seed, so the first decisions are informed.
 
+use std::collections::VecDeque;
+
 use crate::time::Nanos;
 
 /// Sliding-window percentile of measured durations.
 #[derive(Clone, Debug)]
 pub struct Estimator {
-    /// Ring buffer of the most recent measurements (the seed until the first arrives).
-    samples: Vec<Nanos>,
-    /// Next slot to overwrite once the ring is full.
-    next: usize,
-    /// Capacity of the ring.
+    /// The most recent measurements in arrival order (the seed until the first arrives).
+    recent: VecDeque<Nanos>,
+    /// The same values, sorted, so a percentile is an index.
+    sorted: Vec<Nanos>,
+    /// Whether `recent` still holds only the seed.
+    seeded: bool,
+    /// Capacity of the window.
     window: usize,
     /// Rank within the sorted window that is the estimate, as a fraction in `0..=1`.
     quantile: f64,
-    /// Cached answer, recomputed on every update (updates are rare next to reads).
-    estimate: Nanos,
 }
 
 impl Estimator {
     /// An estimator seeded with a profiled duration.
     pub fn new(seed: Nanos, window: usize, percentile: f64) -> Self {
         Self {
-            samples: vec![seed],
-            next: 0,
+            recent: VecDeque::from([seed]),
+            sorted: vec![seed],
+            seeded: true,
             window: window.max(1),
             quantile: (percentile / 100.0).clamp(0.0, 1.0),
-            estimate: seed,
         }
     }
 
     /// The current estimate.
     pub fn get(&self) -> Nanos {
-        self.estimate
+        let rank = (self.quantile * (self.sorted.len() - 1) as f64).ceil() as usize;
+        self.sorted[rank.min(self.sorted.len() - 1)]
     }
 
     /// Adds a measurement; the seed is forgotten at the first one.
     pub fn observe(&mut self, measured: Nanos) {
-        if self.samples.len() == 1 && self.next == 0 {
-            // Still holding only the seed: the first measurement replaces it.
-            self.samples[0] = measured;
-            self.next = 1 % self.window;
-        } else if self.samples.len() < self.window {
-            self.samples.push(measured);
-            self.next = self.samples.len() % self.window;
-        } else {
-            self.samples[self.next] = measured;
-            self.next = (self.next + 1) % self.window;
+        if self.seeded || self.recent.len() == self.window {
+            self.seeded = false;
+            if let Some(old) = self.recent.pop_front() {
+                if let Ok(at) = self.sorted.binary_search(&old) {
+                    self.sorted.remove(at);
+                }
+            }
         }
-        self.estimate = self.percentile();
-    }
-
-    fn percentile(&self) -> Nanos {
-        let mut sorted = self.samples.clone();
-        sorted.sort_unstable();
-        let rank = (self.quantile * (sorted.len() - 1) as f64).ceil() as usize;
-        sorted[rank.min(sorted.len() - 1)]
+        self.recent.push_back(measured);
+        let at = self.sorted.partition_point(|&v| v < measured);
+        self.sorted.insert(at, measured);
     }
 }
 

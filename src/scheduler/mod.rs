@@ -11,6 +11,7 @@
 mod clockwork;
 mod device;
 mod estimate;
+pub mod ids;
 mod queue;
 pub mod testbed;
 

@@ -7,7 +7,9 @@
 //! policy benchmark run on it; the real actors have their own tests.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap};
+
+use super::ids::IdMap;
 
 use super::{
     Action, ActionError, ActionKind, Measured, Outcome, Plan, Policy, Refusal, Request, Verdict,
@@ -21,7 +23,7 @@ struct Device {
     capacity: u32,
     used: u32,
     /// Resident models and whether their load has finished.
-    resident: HashMap<ModelId, bool>,
+    resident: IdMap<ModelId, bool>,
     /// Per lane (0 = exec, 1 = load): waiting actions by (earliest, id), and busy flag.
     queues: [BTreeMap<(Nanos, ActionId), Action>; 2],
     busy: [bool; 2],
@@ -69,8 +71,8 @@ pub struct Testbed<P> {
     max_batch: usize,
     events: BinaryHeap<Reverse<(Nanos, u64, Event)>>,
     seq: u64,
-    running: HashMap<ActionId, (Action, Result<Measured, ActionError>)>,
-    answered: HashMap<u64, Verdict>,
+    running: IdMap<ActionId, (Action, Result<Measured, ActionError>)>,
+    answered: IdMap<u64, Verdict>,
     report: Report,
     plan: Plan,
 }
@@ -99,8 +101,8 @@ impl<P: Policy> Testbed<P> {
             max_batch,
             events: BinaryHeap::new(),
             seq: 0,
-            running: HashMap::new(),
-            answered: HashMap::new(),
+            running: IdMap::default(),
+            answered: IdMap::default(),
             report: Report::default(),
             plan: Plan::default(),
         }

@@ -48,23 +48,30 @@ impl ClockworkPolicy {
     }
 
     /// Refuses requests that waited until no device could finish them in time.
+    ///
+    /// Each waiting model has one armed expiry, for its front request; entries that were
+    /// superseded by an earlier one are skipped.
     pub(super) fn expire(&mut self, now: Nanos, plan: &mut Plan) {
         while let Some(&Reverse((at, model))) = self.expiries.peek() {
             if at > now {
                 break;
             }
             self.expiries.pop();
-            let single = self.best_single(model);
-            let queue = &mut self.models[model.0 as usize].queue;
-            let mut expired = Vec::new();
-            while queue.front().is_some_and(|q| now + single > q.deadline) {
-                expired.extend(queue.pop_front());
+            if self.models[model.0 as usize].expiry != Some(at) {
+                continue;
             }
-            if let Some(front) = queue.front() {
-                // Estimates may have moved since this entry was filed: file the front
-                // again, so that a waiting queue always has an expiry ahead of it.
-                self.expiries
-                    .push(Reverse((expiry(front.deadline, single), model)));
+            let single = self.best_single(model);
+            let m = &mut self.models[model.0 as usize];
+            m.expiry = None;
+            let mut expired = Vec::new();
+            while m.queue.front().is_some_and(|q| now + single > q.deadline) {
+                expired.extend(m.queue.pop_front());
+            }
+            if let Some(front) = m.queue.front() {
+                // The front may have been batched since this was armed: arm for the new one.
+                let at = expiry(front.deadline, single);
+                m.expiry = Some(at);
+                self.expiries.push(Reverse((at, model)));
             }
             if !expired.is_empty() {
                 self.queued -= expired.len();

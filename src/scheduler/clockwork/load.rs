@@ -8,6 +8,9 @@ use crate::time::Nanos;
 /// How many ranked models a device looks at before giving up on a load this round.
 const CANDIDATES: usize = 16;
 
+/// Least wait before a device that found nothing to load looks again.
+const LOAD_RETRY: Nanos = 1_000_000;
+
 impl ClockworkPolicy {
     /// Demand no replica serves yet: queued demand less one device per replica.
     fn unserved(&self, model: ModelId) -> u64 {
@@ -38,7 +41,7 @@ impl ClockworkPolicy {
     pub(super) fn schedule_load(&mut self, device: DeviceId, now: Nanos, plan: &mut Plan) {
         let d = &self.devices[device.0 as usize];
         let start = d.load.free_at(now, self.params.lanes);
-        if start >= now + self.params.schedule_ahead {
+        if start >= now + self.params.schedule_ahead || now < d.load_retry_at {
             return;
         }
         let kind = d.kind;
@@ -55,10 +58,10 @@ impl ClockworkPolicy {
                     && m.pages <= d.capacity
                     && m.queue.back().is_some_and(|q| ready <= q.deadline)
             });
-        let Some(model) = candidate else {
-            return;
-        };
-        let Some(victims) = self.victims(device, model) else {
+        let victims = candidate.and_then(|model| Some((model, self.victims(device, model)?)));
+        let Some((model, victims)) = victims else {
+            let d = &mut self.devices[device.0 as usize];
+            d.load_retry_at = now + self.params.lanes.expected_lag.max(LOAD_RETRY);
             return;
         };
         for victim in victims {

@@ -17,10 +17,11 @@ mod infer;
 mod load;
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeSet, BinaryHeap};
 
 use super::device::{DeviceMirror, LaneTiming};
 use super::estimate::Estimator;
+use super::ids::IdMap;
 use super::queue::{ModelQueue, Queued};
 use super::{
     Action, ActionError, ActionKind, Answer, DeviceInfo, DeviceSnapshot, Measured, ModelInfo,
@@ -87,6 +88,8 @@ struct ModelState {
     priority: Option<Nanos>,
     /// Key under which it sits in the load ranking.
     rank: Option<u64>,
+    /// The armed entry in the expiry queue, for its front request.
+    expiry: Option<Nanos>,
 }
 
 /// An action sent and not yet reported.
@@ -109,9 +112,10 @@ pub struct ClockworkPolicy {
     kinds: Vec<String>,
     models: Vec<ModelState>,
     devices: Vec<DeviceMirror>,
-    in_flight: HashMap<ActionId, InFlight>,
+    in_flight: IdMap<ActionId, InFlight>,
     next_action: u64,
-    /// (time a model's front request may have become hopeless, model).
+    /// (time a model's front request may have become hopeless, model); one armed entry
+    /// per waiting model, plus superseded ones that are skipped.
     expiries: BinaryHeap<Reverse<(Nanos, ModelId)>>,
     /// Models with unserved load demand, by that demand.
     load_ranking: BTreeSet<(u64, ModelId)>,
@@ -125,7 +129,7 @@ impl ClockworkPolicy {
             kinds: Vec::new(),
             models: Vec::new(),
             devices: Vec::new(),
-            in_flight: HashMap::new(),
+            in_flight: IdMap::default(),
             next_action: 0,
             expiries: BinaryHeap::new(),
             load_ranking: BTreeSet::new(),
@@ -186,8 +190,12 @@ impl ClockworkPolicy {
 
     fn enqueue(&mut self, model: ModelId, item: Queued) {
         let expires = infer::expiry(item.deadline, self.best_single(model));
-        self.expiries.push(Reverse((expires, model)));
-        self.models[model.0 as usize].queue.push(item);
+        let m = &mut self.models[model.0 as usize];
+        if m.expiry.is_none_or(|armed| expires < armed) {
+            m.expiry = Some(expires);
+            self.expiries.push(Reverse((expires, model)));
+        }
+        m.queue.push(item);
         self.queued += 1;
         self.queue_changed(model, None);
     }
@@ -206,6 +214,10 @@ impl ClockworkPolicy {
         let kind = device.kind;
         if let Some(r) = device.residents.get_mut(&flight.model) {
             r.infers_in_flight = r.infers_in_flight.saturating_sub(1);
+            if r.infers_in_flight == 0 {
+                // It just became evictable.
+                device.load_retry_at = 0;
+            }
         }
         match result {
             Ok(measured) => {
@@ -275,6 +287,7 @@ impl Policy for ClockworkPolicy {
             loading: 0,
             priority: None,
             rank: None,
+            expiry: None,
         });
         id
     }
@@ -352,7 +365,8 @@ impl Policy for ClockworkPolicy {
                 let load = device
                     .load
                     .free_at(now, self.params.lanes)
-                    .saturating_sub(ahead);
+                    .saturating_sub(ahead)
+                    .max(device.load_retry_at);
                 if load > now && !self.load_ranking.is_empty() {
                     wake = Some(wake.map_or(load, |w| w.min(load)));
                 }
