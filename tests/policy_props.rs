@@ -40,7 +40,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
     (devices, models).prop_flat_map(|(devices, models)| {
         let n = models.len();
         // (gap to previous arrival, model, slo)
-        let request = (0u64..2_000, 0..n, 20u64..300);
+        let request = (0u64..2_000, 0..n, 1u64..300);
         prop::collection::vec(request, 1..400).prop_map(move |raw| {
             let mut arrival: Nanos = 0;
             let requests = raw
@@ -95,8 +95,16 @@ fn answered(report: &Report) -> usize {
     report.completed + report.failed + report.refused.values().sum::<usize>()
 }
 
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(96)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    // 96 cases by default; PROPTEST_CASES=5000 for a longer hunt.
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     /// With exact estimates: memory within capacity, batches allowed, every request
     /// answered exactly once, and nothing executed finishes after its deadline.

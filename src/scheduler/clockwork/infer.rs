@@ -134,7 +134,12 @@ impl ClockworkPolicy {
         self.queued -= requests.len();
         let expected = self.exec_estimate(model, kind, b);
         let p = self.params;
-        let latest = (now + p.lanes.expected_lag + p.schedule_ahead).max(start + p.schedule_ahead);
+        // Leave the executor slack to start late, but not so late that it would finish
+        // past the front request's internal deadline.
+        let slack = (now + p.lanes.expected_lag + p.schedule_ahead).max(start + p.schedule_ahead);
+        let latest = slack
+            .min(front.deadline.saturating_sub(expected))
+            .max(start);
         let ids = requests.iter().map(|q| q.id).collect();
         let action = self.action(
             device,

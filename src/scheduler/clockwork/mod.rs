@@ -298,7 +298,7 @@ impl Policy for ClockworkPolicy {
         DeviceId(self.devices.len() as u32 - 1)
     }
 
-    fn admit(&mut self, request: Request, _now: Nanos, plan: &mut Plan) {
+    fn admit(&mut self, request: Request, now: Nanos, plan: &mut Plan) {
         let Some(model) = self.models.get(request.model.0 as usize) else {
             plan.answers.push(Answer {
                 request: request.id,
@@ -307,11 +307,22 @@ impl Policy for ClockworkPolicy {
             return;
         };
         let p = &self.params;
+        // Keep a buffer for estimate error, but never plan past the objective itself.
         let window = request
             .slo
             .saturating_sub(p.buffer)
-            .max(p.schedule_ahead + p.buffer);
+            .max(request.slo.min(p.schedule_ahead + p.buffer));
         let single = model.exec.iter().map(|k| k[0].get()).max().unwrap_or(0);
+        let cold = model.ready_on.is_empty() && model.loading == 0;
+        let load = model.load.iter().map(Estimator::get).min().unwrap_or(0);
+        if cold && now + p.lanes.expected_lag + load + single > request.arrival + window {
+            // Nobody holds the model and a load could not finish in time: say so now.
+            plan.answers.push(Answer {
+                request: request.id,
+                verdict: Verdict::Refused(Refusal::DeadlineUnreachable),
+            });
+            return;
+        }
         let item = Queued {
             id: request.id,
             deadline: request.arrival.saturating_add(window),
@@ -426,3 +437,6 @@ impl ClockworkPolicy {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

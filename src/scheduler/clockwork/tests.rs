@@ -1,0 +1,256 @@
+//! Scenario tests of the Clockwork policy, driven directly (no testbed) so each decision
+//! can be inspected.
+
+use super::*;
+use crate::gpu::profiles;
+use crate::model::RequestId;
+use crate::time::MS;
+
+const RESNET_PAGES: u32 = 7;
+
+/// A policy with `devices` V100-like devices of `pages` pages and `models` ResNet50s.
+fn policy(devices: usize, pages: u32, models: usize) -> ClockworkPolicy {
+    let mut policy = ClockworkPolicy::new(&PolicyConfig::default());
+    for _ in 0..devices {
+        policy.add_device(DeviceInfo {
+            kind: "v100".into(),
+            pages,
+        });
+    }
+    let spec = profiles::model("resnet50", "r", 100 * MS).unwrap();
+    for _ in 0..models {
+        policy.add_model(ModelInfo {
+            pages: RESNET_PAGES,
+            profile: spec.profile.clone(),
+        });
+    }
+    policy
+}
+
+fn request(id: u64, model: u32, arrival: Nanos, slo: Nanos) -> Request {
+    Request {
+        id: RequestId(id),
+        model: ModelId(model),
+        arrival,
+        slo,
+    }
+}
+
+/// Reports success of every action in the plan, each taking its expected duration from
+/// `now`, and returns the plan of the reports.
+fn complete_all(policy: &mut ClockworkPolicy, plan: &Plan, now: Nanos) -> Plan {
+    let mut next = Plan::default();
+    for action in &plan.actions {
+        let measured = Measured {
+            begin: now,
+            end: now + action.expected_duration,
+            duration: action.expected_duration,
+        };
+        let outcome = Outcome {
+            action: action.id,
+            result: Ok(measured),
+        };
+        policy.observe(outcome, now + action.expected_duration, &mut next);
+    }
+    next
+}
+
+/// Loads model 0 on device 0 and returns the time the load finished.
+fn warm(policy: &mut ClockworkPolicy) -> Nanos {
+    let mut plan = Plan::default();
+    policy.admit(request(1000, 0, 0, 100 * MS), 0, &mut plan);
+    policy.schedule(0, &mut plan);
+    assert_eq!(plan.actions.len(), 1);
+    assert_eq!(plan.actions[0].kind, ActionKind::Load);
+    let after = complete_all(policy, &plan, 0);
+    assert!(after.answers.is_empty());
+    let ready = plan.actions[0].expected_duration;
+    let mut infer = Plan::default();
+    policy.schedule(ready, &mut infer);
+    let done = complete_all(policy, &infer, ready);
+    assert_eq!(
+        done.answers.len(),
+        1,
+        "the request that caused the load is served"
+    );
+    ready + infer.actions[0].expected_duration
+}
+
+#[test]
+fn unknown_model_is_refused_at_once() {
+    let mut policy = policy(1, 100, 1);
+    let mut plan = Plan::default();
+    policy.admit(request(1, 5, 0, 100 * MS), 0, &mut plan);
+    assert_eq!(
+        plan.answers[0].verdict,
+        Verdict::Refused(Refusal::UnknownModel)
+    );
+}
+
+#[test]
+fn a_queue_forms_the_largest_batch_it_can_fill() {
+    let mut policy = policy(1, 100, 1);
+    let now = warm(&mut policy);
+    let mut plan = Plan::default();
+    for id in 0..11 {
+        policy.admit(request(id, 0, now, 100 * MS), now, &mut plan);
+    }
+    policy.schedule(now, &mut plan);
+    let batches: Vec<usize> = plan
+        .actions
+        .iter()
+        .map(|a| match &a.kind {
+            ActionKind::Infer { requests } => requests.len(),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(batches[0], 8, "11 queued: the largest allowed batch is 8");
+    assert!(plan.actions.iter().all(|a| a.latest >= a.earliest));
+}
+
+#[test]
+fn a_request_that_cannot_finish_is_refused_when_its_turn_comes() {
+    let mut policy = policy(1, 100, 1);
+    let now = warm(&mut policy);
+    let mut plan = Plan::default();
+    // 10 ms objective: the internal deadline (objective less the buffer, at least
+    // schedule-ahead plus buffer) is 10 ms; 8 batch-1 slots of 2.73 ms do not fit.
+    for id in 0..8 {
+        policy.admit(request(id, 0, now, 10 * MS), now, &mut plan);
+    }
+    policy.schedule(now, &mut plan);
+    let mut t = now;
+    let mut rounds = 0;
+    while policy.queued > 0 && rounds < 100 {
+        let reports = complete_all(&mut policy, &plan, t);
+        plan.clear();
+        plan.answers.extend(reports.answers);
+        t += MS;
+        policy.schedule(t, &mut plan);
+        rounds += 1;
+    }
+    assert_eq!(policy.queued, 0);
+}
+
+#[test]
+fn a_request_that_no_load_can_serve_in_time_is_refused_at_once() {
+    let mut policy = policy(1, 100, 1);
+    let mut plan = Plan::default();
+    // 5 ms objective: the load alone takes 8.31 ms and nobody holds the model.
+    policy.admit(request(1, 0, 0, 5 * MS), 0, &mut plan);
+    assert_eq!(plan.answers.len(), 1);
+    assert_eq!(
+        plan.answers[0].verdict,
+        Verdict::Refused(Refusal::DeadlineUnreachable)
+    );
+    policy.schedule(0, &mut plan);
+    assert!(plan.actions.is_empty(), "no useless load");
+}
+
+#[test]
+fn a_waiting_request_times_out_as_soon_as_it_is_hopeless() {
+    let mut policy = policy(1, 100, 1);
+    let now = warm(&mut policy);
+    let mut plan = Plan::default();
+    // 20 ms objective: internal deadline 15 ms after arrival, hopeless 2.73 ms before.
+    policy.admit(request(1, 0, now, 20 * MS), now, &mut plan);
+    let hopeless = now + 15 * MS - 2_730_000 + 1;
+    let wake = policy.next_wakeup(now).expect("an expiry is armed");
+    assert!(wake <= hopeless, "wakes by {hopeless}, not {wake}");
+    // Nobody scheduled it (say every device was busy) until it was hopeless.
+    policy.schedule(hopeless, &mut plan);
+    assert_eq!(plan.answers.len(), 1);
+    assert_eq!(plan.answers[0].verdict, Verdict::Refused(Refusal::TimedOut));
+    assert!(plan.actions.is_empty());
+}
+
+#[test]
+fn tight_objectives_never_plan_past_the_deadline() {
+    let mut policy = policy(1, 100, 1);
+    let now = warm(&mut policy);
+    let mut plan = Plan::default();
+    // Below schedule-ahead + 2 x buffer: the whole objective is the internal deadline,
+    // and the action's latest start still finishes inside it.
+    policy.admit(request(1, 0, now, 6 * MS), now, &mut plan);
+    policy.schedule(now, &mut plan);
+    let action = &plan.actions[0];
+    assert!(
+        action.latest + action.expected_duration <= now + 6 * MS,
+        "{action:?}"
+    );
+}
+
+#[test]
+fn idle_models_are_evicted_before_busy_ones() {
+    // Room for two ResNet50s; models 0 and 1 resident, model 0 then busy again.
+    let mut policy = policy(1, 2 * RESNET_PAGES, 3);
+    let mut t = 0;
+    for model in 0..2 {
+        let mut plan = Plan::default();
+        policy.admit(request(10 + model, model as u32, t, 100 * MS), t, &mut plan);
+        policy.schedule(t, &mut plan);
+        let load = plan
+            .actions
+            .iter()
+            .find(|a| a.kind == ActionKind::Load)
+            .unwrap()
+            .clone();
+        let loaded = Plan {
+            actions: vec![load.clone()],
+            answers: vec![],
+        };
+        complete_all(&mut policy, &loaded, t);
+        t += load.expected_duration;
+        let mut infer = Plan::default();
+        policy.schedule(t, &mut infer);
+        complete_all(&mut policy, &infer, t);
+        t += 3 * MS;
+    }
+    // Model 1 was used last, but model 0 has a request waiting: model 1 is the idle one.
+    let mut plan = Plan::default();
+    let busy_time = t;
+    // Make model 0 busy (queued, in flight) and ask for model 2.
+    policy.admit(request(20, 0, busy_time, 100 * MS), busy_time, &mut plan);
+    policy.admit(request(21, 2, busy_time, 100 * MS), busy_time, &mut plan);
+    policy.schedule(busy_time, &mut plan);
+    let unloads: Vec<ModelId> = plan
+        .actions
+        .iter()
+        .filter(|a| a.kind == ActionKind::Unload)
+        .map(|a| a.model)
+        .collect();
+    assert_eq!(unloads, vec![ModelId(1)]);
+    let snapshot = policy.snapshot(busy_time);
+    assert!(snapshot.devices[0].pages_used <= snapshot.devices[0].pages);
+}
+
+#[test]
+fn measured_durations_replace_the_profile() {
+    let mut policy = policy(1, 100, 1);
+    let now = warm(&mut policy);
+    let slow = 4 * MS;
+    let mut plan = Plan::default();
+    policy.admit(request(1, 0, now, 100 * MS), now, &mut plan);
+    policy.schedule(now, &mut plan);
+    let action = plan.actions[0].clone();
+    assert_eq!(
+        action.expected_duration, 2_730_000,
+        "seeded from the profile"
+    );
+    let outcome = Outcome {
+        action: action.id,
+        result: Ok(Measured {
+            begin: now,
+            end: now + slow,
+            duration: slow,
+        }),
+    };
+    policy.observe(outcome, now + slow, &mut Plan::default());
+    let mut next = Plan::default();
+    policy.admit(request(2, 0, now + slow, 100 * MS), now + slow, &mut next);
+    policy.schedule(now + slow, &mut next);
+    assert_eq!(
+        next.actions[0].expected_duration, slow,
+        "p99 of the window is the slow one"
+    );
+}
