@@ -192,7 +192,7 @@ impl RuntimeBuilder {
         let clock = self.clock;
         // The controller needs the executors and the executors need the controller: the
         // controller's address exists before it starts, so create it first.
-        let (controller_tx, controller_rx) = actix::dev::channel::channel(16);
+        let (controller_tx, controller_rx) = actix::dev::channel::channel(super::MAILBOX);
         let controller_addr: Addr<Controller> = Addr::new(controller_tx);
         let mut executors = Vec::new();
         for (i, backend) in self.devices.into_iter().enumerate() {

@@ -134,3 +134,86 @@ impl Backend for DeviceThread {
         self.submit(|reply| Job::Infer(job, reply))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::profiles;
+    use crate::tensor::Tensor;
+
+    /// Doubles its input; remembers which thread it ran on.
+    struct Doubler {
+        loaded: bool,
+        thread: Option<std::thread::ThreadId>,
+    }
+
+    impl BlockingDevice for Doubler {
+        fn info(&self) -> BackendInfo {
+            BackendInfo {
+                kind: "doubler".into(),
+                pages: 4,
+                emulated: false,
+            }
+        }
+        fn load(&mut self, _: &ModelArtifact) -> Result<(), DeviceError> {
+            self.loaded = true;
+            self.thread = Some(std::thread::current().id());
+            Ok(())
+        }
+        fn unload(&mut self, _: ModelId) -> Result<(), DeviceError> {
+            self.loaded = false;
+            Ok(())
+        }
+        fn infer(&mut self, job: &InferJob) -> Result<BatchOutputs, DeviceError> {
+            if !self.loaded || self.thread != Some(std::thread::current().id()) {
+                return Err(DeviceError::NotLoaded(job.model));
+            }
+            Ok(job
+                .inputs
+                .iter()
+                .map(|inputs| {
+                    let x = inputs[0].to_f32().unwrap_or_default();
+                    let y: Vec<f32> = x.iter().map(|v| v * 2.0).collect();
+                    vec![Tensor::from_f32("output", vec![y.len()], &y)]
+                })
+                .collect())
+        }
+    }
+
+    #[tokio::test]
+    async fn runs_jobs_on_its_own_thread_in_order() {
+        let device = Doubler {
+            loaded: false,
+            thread: None,
+        };
+        let backend = DeviceThread::spawn("doubler".into(), device).unwrap();
+        let artifact = Arc::new(ModelArtifact {
+            id: ModelId(0),
+            spec: profiles::model("mlp-small", "m", 1).unwrap(),
+            bytes: None,
+        });
+        let job = InferJob {
+            model: ModelId(0),
+            inputs: vec![Arc::new(vec![Tensor::from_f32(
+                "input",
+                vec![2],
+                &[1.5, -2.0],
+            )])],
+        };
+        // Submitted back to back: the load runs before the infer.
+        let load = backend.load(artifact);
+        let infer = backend.infer(job.clone());
+        load.await.unwrap();
+        let done = infer.await.unwrap();
+        assert_eq!(done.value[0][0].to_f32().unwrap(), vec![3.0, -4.0]);
+        assert!(
+            done.device_time.is_some(),
+            "host-timed on the device thread"
+        );
+        backend.unload(ModelId(0)).await.unwrap();
+        assert!(matches!(
+            backend.infer(job).await,
+            Err(DeviceError::NotLoaded(_))
+        ));
+    }
+}
