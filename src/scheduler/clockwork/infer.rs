@@ -86,6 +86,9 @@ impl ClockworkPolicy {
         let horizon = now + self.params.schedule_ahead;
         loop {
             let d = &mut self.devices[device.0 as usize];
+            if d.strategies.is_empty() {
+                return;
+            }
             let start = d.exec.free_at(now, self.params.lanes);
             if start >= horizon {
                 return;

@@ -40,8 +40,11 @@ impl ClockworkPolicy {
     /// that is not on it yet and that would still help some queued request.
     pub(super) fn schedule_load(&mut self, device: DeviceId, now: Nanos, plan: &mut Plan) {
         let d = &self.devices[device.0 as usize];
+        if now < d.load_retry_at {
+            return;
+        }
         let start = d.load.free_at(now, self.params.lanes);
-        if start >= now + self.params.schedule_ahead || now < d.load_retry_at {
+        if start >= now + self.params.schedule_ahead {
             return;
         }
         let kind = d.kind;
@@ -80,25 +83,30 @@ impl ClockworkPolicy {
             return Some(Vec::new());
         }
         let claim = self.unserved(model);
-        let mut evictable: Vec<(bool, Nanos, ModelId, u32)> = d
+        // Eviction order: no queued demand first, then least recently used; never a model
+        // with INFERs in flight or more demand than the newcomer's.
+        let mut evictable: Vec<((bool, Nanos), ModelId, u32)> = d
             .residents
             .iter()
             .filter(|(_, r)| r.ready && r.infers_in_flight == 0)
-            .map(|(&m, r)| (self.models[m.0 as usize].queue.demand(), r, m))
-            .filter(|&(demand, _, _)| demand < claim)
-            .map(|(demand, r, m)| (demand > 0, r.last_use, m, r.pages))
+            .filter_map(|(&m, r)| {
+                let demand = self.models[m.0 as usize].queue.demand();
+                (demand < claim).then_some(((demand > 0, r.last_use), m, r.pages))
+            })
             .collect();
-        evictable.sort_unstable();
         let mut free = d.free_pages();
         let mut victims = Vec::new();
-        for (_, _, m, pages) in evictable {
-            if free >= needed {
-                break;
-            }
+        // Usually one victim makes room: pick minima instead of sorting them all.
+        while free < needed {
+            let (at, _) = evictable
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, e)| (e.0, e.1))?;
+            let (_, victim, pages) = evictable.swap_remove(at);
             free += pages;
-            victims.push(m);
+            victims.push(victim);
         }
-        (free >= needed).then_some(victims)
+        Some(victims)
     }
 
     fn plan_unload(&mut self, device: DeviceId, model: ModelId, now: Nanos, plan: &mut Plan) {

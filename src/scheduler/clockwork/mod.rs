@@ -363,23 +363,23 @@ impl Policy for ClockworkPolicy {
 
     fn next_wakeup(&self, now: Nanos) -> Option<Nanos> {
         let mut wake = self.expiries.peek().map(|Reverse((t, _))| *t);
+        let mut consider = |at: Nanos| {
+            if at > now {
+                wake = Some(wake.map_or(at, |w| w.min(at)));
+            }
+        };
         if self.queued > 0 {
-            let ahead = self.params.schedule_ahead;
+            let (ahead, lanes) = (self.params.schedule_ahead, self.params.lanes);
+            let loading = !self.load_ranking.is_empty();
             for device in &self.devices {
-                let exec = device
-                    .exec
-                    .free_at(now, self.params.lanes)
-                    .saturating_sub(ahead);
-                if exec > now && !device.strategies.is_empty() {
-                    wake = Some(wake.map_or(exec, |w| w.min(exec)));
+                // A lane needs the policy again when its planned work drops inside the
+                // schedule-ahead window, if it has something it could take.
+                if !device.strategies.is_empty() {
+                    consider(device.exec.free_at(now, lanes).saturating_sub(ahead));
                 }
-                let load = device
-                    .load
-                    .free_at(now, self.params.lanes)
-                    .saturating_sub(ahead)
-                    .max(device.load_retry_at);
-                if load > now && !self.load_ranking.is_empty() {
-                    wake = Some(wake.map_or(load, |w| w.min(load)));
+                if loading {
+                    let free = device.load.free_at(now, lanes).saturating_sub(ahead);
+                    consider(free.max(device.load_retry_at));
                 }
             }
         }
