@@ -49,6 +49,8 @@ pub struct ServerConfig {
     /// How long shutdown waits for in-flight requests before giving up on them.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// Largest request body the API accepts; larger ones are refused with 413.
+    pub max_body_bytes: usize,
 }
 
 impl Default for ServerConfig {
@@ -56,6 +58,7 @@ impl Default for ServerConfig {
         Self {
             listen: "127.0.0.1:8000".into(),
             shutdown_grace: Duration::from_secs(10),
+            max_body_bytes: 32 << 20,
         }
     }
 }

@@ -5,12 +5,12 @@
 //! server finish the requests in flight (each is answered by its deadline at the latest),
 //! then stops the actors.
 
-use actix_web::{web, App, HttpServer};
+use actix_web::HttpServer;
 use anyhow::Context as _;
 
 use crate::actors::messages::Drain;
 use crate::actors::{Placement, RuntimeBuilder};
-use crate::api::{self, ApiState};
+use crate::api::{self, ApiSettings, ApiState};
 use crate::config::Config;
 use crate::time::Clock;
 
@@ -20,10 +20,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let runtime = RuntimeBuilder::from_config(clock, &config)?
         .placement(Placement::Threads)
         .start()?;
-    let state = web::Data::new(ApiState {
-        controller: runtime.controller.clone(),
-    });
-    let server = HttpServer::new(move || App::new().app_data(state.clone()).configure(api::routes))
+    let settings = ApiSettings {
+        max_body_bytes: config.server.max_body_bytes,
+    };
+    let state = ApiState::new(&runtime, settings)?;
+    let server = HttpServer::new(move || api::app(state.clone()))
         .disable_signals()
         .shutdown_timeout(config.server.shutdown_grace.as_secs().max(1))
         .bind(&config.server.listen)

@@ -1,36 +1,136 @@
-//! The HTTP API (actix-web). For now the health routes of the Open Inference Protocol;
-//! the inference, metadata, repository and metrics routes build on the same state.
+//! The HTTP API (actix-web): the Open Inference Protocol (KServe V2) with Triton's binary
+//! tensor data, model configuration and model repository extensions, Prometheus metrics
+//! and an OpenAPI document.
 //!
 //! Handlers only translate: HTTP in, a typed message to the controller, HTTP out.
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `health.rs` | `/v2/health/live`, `/v2/health/ready`, `/v2` |
+//! | `models.rs` | the model table; metadata, readiness, Triton config |
+//! | `infer.rs` | the inference routes |
+//! | `v2.rs`, `codec.rs` | protocol bodies; tensor data to bytes and back |
+//! | `binary.rs` | Triton's binary tensor data extension |
+//! | `repository.rs` | Triton's model repository extension |
+//! | `metrics.rs` | `/metrics`, fed by the runtime's events |
+//! | `openapi.rs` | `/v2/openapi.json`, collected from the routes |
+//! | `error.rs` | the one error type, its kinds and status codes |
+
+mod binary;
+mod codec;
+mod error;
+mod health;
+mod infer;
+mod metrics;
+mod models;
+pub mod openapi;
+mod repository;
+mod v2;
+
+use std::sync::Arc;
 
 use actix::Addr;
-use actix_web::{web, HttpResponse};
+use actix_web::body::BoxBody;
+use actix_web::dev::{ServiceFactory, ServiceRequest, ServiceResponse};
+use actix_web::{web, App, HttpRequest};
+use utoipa_actix_web::service_config::ServiceConfig;
+use utoipa_actix_web::AppExt;
 
-use crate::actors::messages::SnapshotController;
-use crate::actors::Controller;
+pub use binary::HEADER_LENGTH;
+pub use error::{ApiError, ErrorBody};
+pub use metrics::Metrics;
+pub use models::Models;
 
-/// What every handler can reach.
+use crate::actors::{Controller, Runtime};
+
+/// Limits of the API.
+#[derive(Clone, Copy, Debug)]
+pub struct ApiSettings {
+    /// Largest request body accepted; larger ones get `payload_too_large` (413).
+    pub max_body_bytes: usize,
+}
+
+impl Default for ApiSettings {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 32 << 20,
+        }
+    }
+}
+
+/// What every handler can reach; cheap to clone (one per HTTP worker).
 #[derive(Clone)]
 pub struct ApiState {
     pub controller: Addr<Controller>,
+    pub models: Arc<Models>,
+    pub metrics: Arc<Metrics>,
+    pub settings: ApiSettings,
+    /// The OpenAPI document, serialised once.
+    openapi: web::Bytes,
 }
 
-/// Mounts the routes.
-pub fn routes(config: &mut web::ServiceConfig) {
-    config
-        .route("/v2/health/live", web::get().to(live))
-        .route("/v2/health/ready", web::get().to(ready));
-}
-
-/// Alive as long as the process answers.
-async fn live() -> HttpResponse {
-    HttpResponse::Ok().finish()
-}
-
-/// Ready while the controller runs and admits requests; 503 while draining.
-async fn ready(state: web::Data<ApiState>) -> HttpResponse {
-    match state.controller.send(SnapshotController).await {
-        Ok(snapshot) if !snapshot.draining => HttpResponse::Ok().finish(),
-        _ => HttpResponse::ServiceUnavailable().finish(),
+impl ApiState {
+    /// The API of a running runtime; starts the task that turns its events into metrics,
+    /// so it must be called inside the actix system that serves.
+    pub fn new(runtime: &Runtime, settings: ApiSettings) -> anyhow::Result<Self> {
+        let metrics = Arc::new(Metrics::new(&runtime.models)?);
+        metrics::collect(Arc::clone(&metrics), runtime.events.subscribe());
+        let openapi = openapi::document().to_json()?;
+        Ok(Self {
+            controller: runtime.controller.clone(),
+            models: Arc::new(Models::new(&runtime.models)),
+            metrics,
+            settings,
+            openapi: web::Bytes::from(openapi),
+        })
     }
+}
+
+/// Mounts every route; the OpenAPI document is collected from these same calls.
+pub fn services(config: &mut ServiceConfig) {
+    config
+        .service(health::live)
+        .service(health::ready)
+        .service(health::server_metadata)
+        .service(models::metadata)
+        .service(models::version_metadata)
+        .service(models::ready)
+        .service(models::version_ready)
+        .service(models::config)
+        .service(models::version_config)
+        .service(infer::infer)
+        .service(infer::version_infer)
+        .service(repository::index)
+        .service(repository::load)
+        .service(repository::unload)
+        .service(metrics::prometheus_text)
+        .service(openapi::openapi_json);
+}
+
+/// The application of one HTTP worker.
+pub fn app(
+    state: ApiState,
+) -> App<
+    impl ServiceFactory<
+        ServiceRequest,
+        Config = (),
+        Response = ServiceResponse<BoxBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    let (app, _) = App::new()
+        .into_utoipa_app()
+        .app_data(web::Data::new(state))
+        .configure(services)
+        .split_for_parts();
+    app.default_service(web::to(not_found))
+}
+
+/// Any other path: a JSON 404 like every other error.
+async fn not_found(request: HttpRequest) -> Result<actix_web::HttpResponse, ApiError> {
+    Err(ApiError::NotFound {
+        method: request.method().to_string(),
+        path: request.path().to_owned(),
+    })
 }

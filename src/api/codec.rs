@@ -1,0 +1,304 @@
+//! Tensor data between the protocol and the runtime: JSON elements to little-endian bytes
+//! and back, the shape of one item, and Triton's length-prefixed layout of `BYTES`.
+//!
+//! Inside the runtime a `BYTES` tensor holds its elements as Triton's binary extension
+//! lays them out (each element a 4-byte little-endian length, then its bytes), so binary
+//! requests pass through unchanged.
+
+use serde_json::Value;
+
+use crate::model::{DataType, TensorSpec};
+
+/// The shape of one item from the shape a client sent, and whether the client added a
+/// batch dimension (V2 clients of batching models send `[1, ...]`).
+///
+/// A shape that fits the declared one as it is wins over stripping a leading 1, so a
+/// model whose own first dimension is 1 is not misread.
+pub fn item_shape(declared: &TensorSpec, sent: &[i64]) -> Result<(Vec<usize>, bool), String> {
+    let name = &declared.name;
+    let dims: Vec<usize> = sent
+        .iter()
+        .map(|&d| usize::try_from(d))
+        .collect::<Result<_, _>>()
+        .map_err(|_| format!("input '{name}' has a negative dimension in shape {sent:?}"))?;
+    let fits = |dims: &[usize]| {
+        dims.len() == declared.shape.len()
+            && dims
+                .iter()
+                .zip(&declared.shape)
+                .all(|(&got, &want)| want < 0 || got as i64 == want)
+    };
+    if fits(&dims) {
+        return Ok((dims, false));
+    }
+    match dims.split_first() {
+        Some((&1, rest)) if fits(rest) => Ok((rest.to_vec(), true)),
+        Some((&batch, rest)) if batch > 1 && fits(rest) => Err(format!(
+            "input '{name}' carries a batch of {batch} items; send one item per request \
+             (shape [1, ...] or the item's shape), the server batches requests itself"
+        )),
+        _ => Err(format!(
+            "input '{name}' has shape {sent:?}, the model takes {:?} (optionally preceded by \
+             a batch dimension of 1)",
+            declared.shape
+        )),
+    }
+}
+
+/// Number of elements of a shape, refusing sizes that overflow.
+pub fn elements(name: &str, shape: &[usize]) -> Result<usize, String> {
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| format!("input '{name}' has a shape too large to hold: {shape:?}"))
+}
+
+/// Appends every scalar of a flat or nested JSON array in row-major order.
+fn flatten<'a>(value: &'a Value, out: &mut Vec<&'a Value>) {
+    match value {
+        Value::Array(items) => items.iter().for_each(|item| flatten(item, out)),
+        scalar => out.push(scalar),
+    }
+}
+
+fn integer(value: &Value) -> Option<i128> {
+    value
+        .as_i64()
+        .map(i128::from)
+        .or_else(|| value.as_u64().map(i128::from))
+}
+
+/// The bytes of a tensor given as JSON `data`, checked against its datatype and count.
+pub fn from_json(
+    name: &str,
+    datatype: DataType,
+    count: usize,
+    data: &Value,
+) -> Result<Vec<u8>, String> {
+    let mut values = Vec::with_capacity(count);
+    flatten(data, &mut values);
+    if values.len() != count {
+        return Err(format!(
+            "input '{name}' has {} elements of data, its shape needs {count}",
+            values.len()
+        ));
+    }
+    let mut out = Vec::with_capacity(count * datatype.size().unwrap_or(8));
+    let wrong = |value: &Value| {
+        let expected = super::v2::datatype_name(datatype);
+        format!("input '{name}' has the value {value}, which is not a {expected}")
+    };
+    macro_rules! ints {
+        ($t:ty) => {
+            for value in &values {
+                let x = integer(value)
+                    .and_then(|x| <$t>::try_from(x).ok())
+                    .ok_or_else(|| wrong(value))?;
+                out.extend_from_slice(&x.to_le_bytes());
+            }
+        };
+    }
+    match datatype {
+        DataType::Bool => {
+            for value in &values {
+                let b = value.as_bool().ok_or_else(|| wrong(value))?;
+                out.push(u8::from(b));
+            }
+        }
+        DataType::Uint8 => ints!(u8),
+        DataType::Uint16 => ints!(u16),
+        DataType::Uint32 => ints!(u32),
+        DataType::Uint64 => ints!(u64),
+        DataType::Int8 => ints!(i8),
+        DataType::Int16 => ints!(i16),
+        DataType::Int32 => ints!(i32),
+        DataType::Int64 => ints!(i64),
+        DataType::Fp16 | DataType::Fp32 | DataType::Fp64 => {
+            for value in &values {
+                let x = value.as_f64().ok_or_else(|| wrong(value))?;
+                match datatype {
+                    DataType::Fp16 => out.extend_from_slice(&half::f16::from_f64(x).to_le_bytes()),
+                    DataType::Fp32 => out.extend_from_slice(&(x as f32).to_le_bytes()),
+                    _ => out.extend_from_slice(&x.to_le_bytes()),
+                }
+            }
+        }
+        DataType::Bytes => {
+            for value in &values {
+                let s = value.as_str().ok_or_else(|| wrong(value))?;
+                let len = u32::try_from(s.len()).map_err(|_| wrong(value))?;
+                out.extend_from_slice(&len.to_le_bytes());
+                out.extend_from_slice(s.as_bytes());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Splits length-prefixed `BYTES` data into its elements; `None` if the layout is broken.
+pub fn bytes_elements(data: &[u8]) -> Option<Vec<&[u8]>> {
+    let mut elements = Vec::new();
+    let mut rest = data;
+    while !rest.is_empty() {
+        let (len, tail) = rest.split_first_chunk::<4>()?;
+        let len = usize::try_from(u32::from_le_bytes(*len)).ok()?;
+        if tail.len() < len {
+            return None;
+        }
+        let (element, tail) = tail.split_at(len);
+        elements.push(element);
+        rest = tail;
+    }
+    Some(elements)
+}
+
+/// Checks that raw (binary) data holds exactly `count` elements of `datatype`.
+pub fn check_raw(name: &str, datatype: DataType, count: usize, data: &[u8]) -> Result<(), String> {
+    match datatype.size() {
+        Some(size) if data.len() != count * size => Err(format!(
+            "input '{name}' has {} bytes of binary data, its shape needs {}",
+            data.len(),
+            count * size
+        )),
+        Some(_) => Ok(()),
+        None => match bytes_elements(data) {
+            Some(found) if found.len() == count => Ok(()),
+            Some(found) => Err(format!(
+                "input '{name}' has {} BYTES elements, its shape needs {count}",
+                found.len()
+            )),
+            None => Err(format!(
+                "input '{name}' has BYTES data whose length prefixes overrun it"
+            )),
+        },
+    }
+}
+
+/// The elements of an output, typed so that each serialises as its datatype does best
+/// (an `FP32` as the shortest text that reads back as the same `f32`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(untagged)]
+pub enum Elements {
+    Bool(Vec<bool>),
+    Unsigned(Vec<u64>),
+    Signed(Vec<i64>),
+    Float(Vec<f32>),
+    Double(Vec<f64>),
+    Text(Vec<String>),
+}
+
+/// The elements of a tensor's bytes, flat.
+pub fn to_json(datatype: DataType, data: &[u8]) -> Elements {
+    macro_rules! each {
+        ($t:ty, $n:expr, $map:expr) => {
+            data.chunks_exact($n)
+                .map(|c| {
+                    let mut raw = [0u8; $n];
+                    raw.copy_from_slice(c);
+                    $map(<$t>::from_le_bytes(raw))
+                })
+                .collect()
+        };
+    }
+    match datatype {
+        DataType::Bool => Elements::Bool(data.iter().map(|&b| b != 0).collect()),
+        DataType::Uint8 => Elements::Unsigned(data.iter().map(|&b| u64::from(b)).collect()),
+        DataType::Int8 => Elements::Signed(data.iter().map(|&b| i64::from(b as i8)).collect()),
+        DataType::Uint16 => Elements::Unsigned(each!(u16, 2, u64::from)),
+        DataType::Int16 => Elements::Signed(each!(i16, 2, i64::from)),
+        DataType::Uint32 => Elements::Unsigned(each!(u32, 4, u64::from)),
+        DataType::Int32 => Elements::Signed(each!(i32, 4, i64::from)),
+        DataType::Uint64 => Elements::Unsigned(each!(u64, 8, |x| x)),
+        DataType::Int64 => Elements::Signed(each!(i64, 8, |x| x)),
+        DataType::Fp16 => Elements::Float(each!(half::f16, 2, |x: half::f16| x.to_f32())),
+        DataType::Fp32 => Elements::Float(each!(f32, 4, |x| x)),
+        DataType::Fp64 => Elements::Double(each!(f64, 8, |x| x)),
+        DataType::Bytes => Elements::Text(
+            bytes_elements(data)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|e| String::from_utf8_lossy(e).into_owned())
+                .collect(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(shape: &[i64]) -> TensorSpec {
+        TensorSpec {
+            name: "x".into(),
+            datatype: DataType::Fp32,
+            shape: shape.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_leading_batch_of_one_is_stripped_and_larger_batches_refused() {
+        assert_eq!(item_shape(&spec(&[4]), &[4]), Ok((vec![4], false)));
+        assert_eq!(item_shape(&spec(&[4]), &[1, 4]), Ok((vec![4], true)));
+        assert_eq!(item_shape(&spec(&[1, 4]), &[1, 4]), Ok((vec![1, 4], false)));
+        assert_eq!(item_shape(&spec(&[-1]), &[7]), Ok((vec![7], false)));
+        assert!(item_shape(&spec(&[4]), &[2, 4])
+            .unwrap_err()
+            .contains("batch of 2"));
+        assert!(item_shape(&spec(&[4]), &[5]).unwrap_err().contains("shape"));
+        assert!(item_shape(&spec(&[4]), &[-4])
+            .unwrap_err()
+            .contains("negative"));
+    }
+
+    #[test]
+    fn nested_and_flat_data_give_the_same_bytes() {
+        let flat = from_json("x", DataType::Int16, 4, &json!([1, -2, 3, 4])).unwrap();
+        let nested = from_json("x", DataType::Int16, 4, &json!([[1, -2], [3, 4]])).unwrap();
+        assert_eq!(flat, nested);
+        assert_eq!(
+            to_json(DataType::Int16, &flat),
+            Elements::Signed(vec![1, -2, 3, 4])
+        );
+        let fp32 = from_json("x", DataType::Fp32, 1, &json!([0.1])).unwrap();
+        let text = serde_json::to_string(&to_json(DataType::Fp32, &fp32)).unwrap();
+        assert_eq!(text, "[0.1]", "shortest f32 text");
+    }
+
+    #[test]
+    fn values_must_fit_the_datatype_and_the_count() {
+        let err = from_json("x", DataType::Uint8, 1, &json!([300])).unwrap_err();
+        assert!(err.contains("300"), "{err}");
+        let err = from_json("x", DataType::Fp32, 1, &json!(["a"])).unwrap_err();
+        assert!(err.contains("FP32"), "{err}");
+        let err = from_json("x", DataType::Fp32, 3, &json!([1.0, 2.0])).unwrap_err();
+        assert!(err.contains("2 elements"), "{err}");
+        assert!(from_json("x", DataType::Bool, 1, &json!([1])).is_err());
+    }
+
+    #[test]
+    fn every_datatype_round_trips_through_json() {
+        let cases = [
+            (DataType::Bool, json!([true, false])),
+            (DataType::Uint64, json!([0, u64::MAX])),
+            (DataType::Int64, json!([i64::MIN, 5])),
+            (DataType::Fp16, json!([1.5, -2.0])),
+            (DataType::Fp64, json!([0.1, 1e300])),
+            (DataType::Bytes, json!(["ab", ""])),
+        ];
+        for (datatype, data) in cases {
+            let bytes = from_json("x", datatype, 2, &data).unwrap();
+            check_raw("x", datatype, 2, &bytes).unwrap();
+            let back = serde_json::to_value(to_json(datatype, &bytes)).unwrap();
+            assert_eq!(back, data, "{datatype:?}");
+        }
+    }
+
+    #[test]
+    fn broken_bytes_layouts_are_refused() {
+        assert!(check_raw("x", DataType::Bytes, 1, &[5, 0, 0, 0, b'a']).is_err());
+        assert!(check_raw("x", DataType::Bytes, 1, &[1, 0]).is_err());
+        assert!(check_raw("x", DataType::Bytes, 1, &[1, 0, 0, 0, b'a']).is_ok());
+        assert!(check_raw("x", DataType::Fp32, 2, &[0; 7]).is_err());
+    }
+}

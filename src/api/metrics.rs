@@ -1,0 +1,350 @@
+//! `GET /metrics`: Prometheus text exposition.
+//!
+//! Most numbers come from the controller's events, aggregated by a task of their own off
+//! the request path. The request path adds only what no event carries: requests pending
+//! at the API, errors found before the controller admitted a request, and each request's
+//! queue and compute time (its answer carries them; the events do not).
+//!
+//! Triton's names where they fit (`nv_inference_*`, label `model`), this runtime's own as
+//! `clockwork_*`. Label values are model names, device numbers and fixed kinds, so the
+//! number of series is bounded by the configuration.
+
+use std::sync::Arc;
+
+use actix_web::{get, web, HttpResponse};
+use prometheus::{
+    exponential_buckets, CounterVec, Encoder as _, Histogram, HistogramOpts, HistogramVec,
+    IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+use tokio::sync::broadcast::{self, error::RecvError};
+
+use super::error::ApiError;
+use super::ApiState;
+use crate::actors::messages::Inferred;
+use crate::events::{ActionDone, Event, RequestAnswered};
+use crate::model::{ModelId, ModelSpec};
+use crate::time::Nanos;
+
+/// Series of one model, resolved once so updates are plain atomic adds.
+struct PerModel {
+    success: IntCounter,
+    failure: IntCounter,
+    count: IntCounter,
+    exec_count: IntCounter,
+    request_us: IntCounter,
+    queue_us: IntCounter,
+    compute_us: IntCounter,
+    pending: IntGauge,
+    within_slo: IntCounter,
+    late: IntCounter,
+}
+
+/// Every metric of the server.
+pub struct Metrics {
+    registry: Registry,
+    models: Vec<PerModel>,
+    names: Vec<String>,
+    api_errors: IntCounterVec,
+    refusals: IntCounterVec,
+    loads: IntCounterVec,
+    evictions: IntCounterVec,
+    action_failures: IntCounterVec,
+    busy: CounterVec,
+    prediction_error: HistogramVec,
+    latency: Histogram,
+    events_lost: IntCounter,
+}
+
+fn counter(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> prometheus::Result<IntCounterVec> {
+    let family = IntCounterVec::new(Opts::new(name, help), labels)?;
+    registry.register(Box::new(family.clone()))?;
+    Ok(family)
+}
+
+impl Metrics {
+    /// Registers every series; the models' series start at zero.
+    pub fn new(models: &[ModelSpec]) -> prometheus::Result<Self> {
+        let r = Registry::new();
+        let m = ["model"];
+        let success = counter(
+            &r,
+            "nv_inference_request_success",
+            "Successful inference requests",
+            &m,
+        )?;
+        let failure = counter(
+            &r,
+            "nv_inference_request_failure",
+            "Failed or refused inference requests of a known model",
+            &m,
+        )?;
+        let count = counter(
+            &r,
+            "nv_inference_count",
+            "Inferences performed (one per successful request)",
+            &m,
+        )?;
+        let exec_count = counter(&r, "nv_inference_exec_count", "Batches executed", &m)?;
+        let request_us = counter(
+            &r,
+            "nv_inference_request_duration_us",
+            "Cumulative time from admission to answer of successful requests",
+            &m,
+        )?;
+        let queue_us = counter(
+            &r,
+            "nv_inference_queue_duration_us",
+            "Cumulative time successful requests waited before their batch started",
+            &m,
+        )?;
+        let compute_us = counter(
+            &r,
+            "nv_inference_compute_infer_duration_us",
+            "Cumulative execution time of the batches of successful requests",
+            &m,
+        )?;
+        let pending = IntGaugeVec::new(
+            Opts::new(
+                "nv_inference_pending_request_count",
+                "Requests waiting for their answer",
+            ),
+            &m,
+        )?;
+        r.register(Box::new(pending.clone()))?;
+        let within_slo = counter(
+            &r,
+            "clockwork_requests_within_slo",
+            "Successes answered by their deadline",
+            &m,
+        )?;
+        let late = counter(
+            &r,
+            "clockwork_requests_late",
+            "Successes answered after their deadline (estimates were wrong)",
+            &m,
+        )?;
+        let per_model = models
+            .iter()
+            .map(|spec| {
+                let l = [spec.name.as_str()];
+                PerModel {
+                    success: success.with_label_values(&l),
+                    failure: failure.with_label_values(&l),
+                    count: count.with_label_values(&l),
+                    exec_count: exec_count.with_label_values(&l),
+                    request_us: request_us.with_label_values(&l),
+                    queue_us: queue_us.with_label_values(&l),
+                    compute_us: compute_us.with_label_values(&l),
+                    pending: pending.with_label_values(&l),
+                    within_slo: within_slo.with_label_values(&l),
+                    late: late.with_label_values(&l),
+                }
+            })
+            .collect();
+        let busy = CounterVec::new(
+            Opts::new(
+                "clockwork_device_busy_seconds",
+                "Time devices spent executing actions, by lane",
+            ),
+            &["device", "lane"],
+        )?;
+        r.register(Box::new(busy.clone()))?;
+        let signed = vec![-1e-2, -1e-3, -1e-4, -1e-5, 0.0, 1e-5, 1e-4, 1e-3, 1e-2];
+        let prediction_error = HistogramVec::new(
+            HistogramOpts::new(
+                "clockwork_prediction_error_seconds",
+                "Measured minus planned duration of actions",
+            )
+            .buckets(signed),
+            &["kind"],
+        )?;
+        r.register(Box::new(prediction_error.clone()))?;
+        let latency = Histogram::with_opts(
+            HistogramOpts::new(
+                "clockwork_request_duration_seconds",
+                "Admission to answer of successful requests",
+            )
+            .buckets(exponential_buckets(0.0005, 2.0, 12)?),
+        )?;
+        r.register(Box::new(latency.clone()))?;
+        let events_lost = IntCounter::new(
+            "clockwork_metrics_events_lost",
+            "Events the metrics task fell too far behind to see",
+        )?;
+        r.register(Box::new(events_lost.clone()))?;
+        Ok(Self {
+            api_errors: counter(
+                &r,
+                "clockwork_request_errors",
+                "Error answers of the inference routes, by error_type",
+                &["error_type"],
+            )?,
+            refusals: counter(
+                &r,
+                "clockwork_refusals",
+                "Admitted requests refused by the policy, by reason",
+                &["model", "reason"],
+            )?,
+            loads: counter(
+                &r,
+                "clockwork_loads",
+                "Model loads completed, by device",
+                &["device"],
+            )?,
+            evictions: counter(
+                &r,
+                "clockwork_evictions",
+                "Model unloads (evictions) completed, by device",
+                &["device"],
+            )?,
+            action_failures: counter(
+                &r,
+                "clockwork_action_failures",
+                "Actions that did not complete, by kind",
+                &["kind"],
+            )?,
+            registry: r,
+            models: per_model,
+            names: models.iter().map(|s| s.name.clone()).collect(),
+            busy,
+            prediction_error,
+            latency,
+            events_lost,
+        })
+    }
+
+    fn model(&self, id: ModelId) -> Option<&PerModel> {
+        self.models.get(id.0 as usize)
+    }
+
+    /// Adds `delta` to the requests of `model` waiting at the API.
+    pub fn pending(&self, model: ModelId, delta: i64) {
+        if let Some(m) = self.model(model) {
+            m.pending.add(delta);
+        }
+    }
+
+    /// A success as the API saw it: where its time went.
+    pub fn success(&self, model: ModelId, inferred: &Inferred) {
+        if let Some(m) = self.model(model) {
+            let timing = &inferred.timing;
+            m.queue_us
+                .inc_by(timing.exec.begin.saturating_sub(timing.arrival) / 1000);
+            m.compute_us.inc_by(timing.exec.duration / 1000);
+        }
+    }
+
+    /// An error answer; a known model's failure is counted here unless the controller
+    /// admitted the request (then its event counts it).
+    pub fn api_error(&self, error: &ApiError, model: Option<ModelId>) {
+        self.api_errors.with_label_values(&[error.kind()]).inc();
+        if let Some(m) = model.and_then(|id| self.model(id)) {
+            if !error.after_admission() {
+                m.failure.inc();
+            }
+        }
+    }
+
+    fn answered(&self, event: &RequestAnswered) {
+        let Some(m) = self.model(event.model) else {
+            return;
+        };
+        let duration = event.answered.saturating_sub(event.arrival);
+        match event.outcome {
+            "ok" | "late" => {
+                m.success.inc();
+                m.count.inc();
+                m.request_us.inc_by(duration / 1000);
+                self.latency.observe(seconds(duration));
+                if event.outcome == "ok" {
+                    m.within_slo.inc();
+                } else {
+                    m.late.inc();
+                }
+            }
+            "failed" => m.failure.inc(),
+            reason => {
+                m.failure.inc();
+                let name = self.names[event.model.0 as usize].as_str();
+                self.refusals.with_label_values(&[name, reason]).inc();
+            }
+        }
+    }
+
+    fn action(&self, event: &ActionDone) {
+        let Some(measured) = event.measured else {
+            self.action_failures.with_label_values(&[event.kind]).inc();
+            return;
+        };
+        let device = event.device.0.to_string();
+        let lane = if event.kind == "infer" {
+            "exec"
+        } else {
+            "load"
+        };
+        self.busy
+            .with_label_values(&[device.as_str(), lane])
+            .inc_by(seconds(measured.duration));
+        let error = measured.duration as f64 - event.expected as f64;
+        self.prediction_error
+            .with_label_values(&[event.kind])
+            .observe(error / 1e9);
+        match event.kind {
+            "infer" => {
+                if let Some(m) = self.model(event.model) {
+                    m.exec_count.inc();
+                }
+            }
+            "load" => self.loads.with_label_values(&[device.as_str()]).inc(),
+            _ => self.evictions.with_label_values(&[device.as_str()]).inc(),
+        }
+    }
+
+    /// Folds one event into the metrics.
+    pub fn observe(&self, event: &Event) {
+        match event {
+            Event::RequestAnswered(e) => self.answered(e),
+            Event::ActionDone(e) => self.action(e),
+        }
+    }
+
+    /// The exposition text.
+    pub fn render(&self) -> String {
+        TextEncoder::new()
+            .encode_to_string(&self.registry.gather())
+            .unwrap_or_else(|e| format!("# metrics could not be encoded: {e}\n"))
+    }
+}
+
+fn seconds(nanos: Nanos) -> f64 {
+    nanos as f64 / 1e9
+}
+
+/// Aggregates the runtime's events into `metrics` until the runtime stops.
+pub fn collect(metrics: Arc<Metrics>, mut events: broadcast::Receiver<Event>) {
+    actix_web::rt::spawn(async move {
+        loop {
+            match events.recv().await {
+                Ok(event) => metrics.observe(&event),
+                Err(RecvError::Lagged(lost)) => metrics.events_lost.inc_by(lost),
+                Err(RecvError::Closed) => break,
+            }
+        }
+    });
+}
+
+/// Prometheus text exposition of every metric.
+#[utoipa::path(tag = "server", responses(
+    (status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain"),
+))]
+#[get("/metrics")]
+pub(super) async fn prometheus_text(state: web::Data<ApiState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type(TextEncoder::new().format_type())
+        .body(state.metrics.render())
+}

@@ -1,0 +1,341 @@
+//! The models the API serves and their description: V2 metadata, readiness, and Triton's
+//! model configuration (which `perf_analyzer` insists on reading).
+//!
+//! The table is built once from the runtime's registered models. Each model has one
+//! version, `1`. A model can be unloaded and loaded again through the repository routes:
+//! that only switches whether the API admits its requests (see `repository.rs`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use actix_web::{get, web, HttpResponse};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ErrorBody};
+use super::v2::datatype_name;
+use super::ApiState;
+use crate::model::{DataType, ModelId, ModelSpec, TensorSpec};
+
+/// The one version every model has.
+pub const VERSION: &str = "1";
+
+/// Platform reported for every model: the runtime executes the model itself.
+const PLATFORM: &str = "clockwork";
+
+/// One served model.
+pub struct Entry {
+    pub id: ModelId,
+    pub spec: ModelSpec,
+    available: AtomicBool,
+}
+
+impl Entry {
+    /// Whether the API admits requests for it (not unloaded).
+    pub fn available(&self) -> bool {
+        self.available.load(Ordering::Relaxed)
+    }
+
+    pub fn set_available(&self, available: bool) {
+        self.available.store(available, Ordering::Relaxed);
+    }
+}
+
+/// Every served model, by name and by id.
+pub struct Models {
+    entries: Vec<Entry>,
+    by_name: HashMap<String, usize>,
+}
+
+impl Models {
+    /// The table of `specs`, indexed as the runtime indexes them (id = position).
+    pub fn new(specs: &[ModelSpec]) -> Self {
+        let entries: Vec<Entry> = specs
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| Entry {
+                id: ModelId(i as u32),
+                spec: spec.clone(),
+                available: AtomicBool::new(true),
+            })
+            .collect();
+        let by_name = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.spec.name.clone(), i))
+            .collect();
+        Self { entries, by_name }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.iter()
+    }
+
+    pub fn by_id(&self, id: ModelId) -> Option<&Entry> {
+        self.entries.get(id.0 as usize)
+    }
+
+    /// The model named `name` at `version` (any version if `None`), loaded or not.
+    pub fn find(&self, name: &str, version: Option<&str>) -> Result<&Entry, ApiError> {
+        let entry = self
+            .by_name
+            .get(name)
+            .map(|&i| &self.entries[i])
+            .ok_or_else(|| ApiError::UnknownModel(name.to_owned()))?;
+        match version {
+            Some(v) if v != VERSION => Err(ApiError::UnknownVersion {
+                model: name.to_owned(),
+                version: v.to_owned(),
+            }),
+            _ => Ok(entry),
+        }
+    }
+
+    /// Like [`Models::find`], and the model must be loaded.
+    pub fn ready(&self, name: &str, version: Option<&str>) -> Result<&Entry, ApiError> {
+        let entry = self.find(name, version)?;
+        if entry.available() {
+            Ok(entry)
+        } else {
+            Err(ApiError::ModelUnavailable(name.to_owned()))
+        }
+    }
+}
+
+/// A tensor in model metadata.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TensorMetadata {
+    pub name: String,
+    /// V2 datatype: `FP32`, `INT64`, `BYTES`, ...
+    pub datatype: String,
+    /// Shape with the batch dimension first; `-1` marks a dimension that varies.
+    pub shape: Vec<i64>,
+}
+
+/// `GET /v2/models/{model}`: what the model takes and gives.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelMetadata {
+    pub name: String,
+    pub versions: Vec<String>,
+    pub platform: String,
+    pub inputs: Vec<TensorMetadata>,
+    pub outputs: Vec<TensorMetadata>,
+}
+
+/// A tensor in a Triton model configuration.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ConfigTensor {
+    pub name: String,
+    /// Triton's type name: `TYPE_FP32`, ..., `TYPE_STRING` for `BYTES`.
+    pub data_type: String,
+    /// Dimensions without the batch dimension.
+    pub dims: Vec<i64>,
+}
+
+/// Triton's dynamic batching section: the server batches requests by itself.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DynamicBatching {
+    /// Batch sizes the model is executed with.
+    pub preferred_batch_size: Vec<u32>,
+}
+
+/// A string parameter of a Triton model configuration.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ConfigParameter {
+    pub string_value: String,
+}
+
+/// `GET /v2/models/{model}/config`: the Triton model configuration.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelConfig {
+    pub name: String,
+    pub platform: String,
+    pub backend: String,
+    /// 1: an HTTP request carries one item (its tensors may have a leading dimension of
+    /// 1); the server forms batches from many requests.
+    pub max_batch_size: u32,
+    pub input: Vec<ConfigTensor>,
+    pub output: Vec<ConfigTensor>,
+    pub dynamic_batching: DynamicBatching,
+    /// `slo_ms`: the latency objective of requests that name none.
+    pub parameters: BTreeMap<String, ConfigParameter>,
+}
+
+fn metadata_tensor(spec: &TensorSpec) -> TensorMetadata {
+    let shape = std::iter::once(-1).chain(spec.shape.iter().copied());
+    TensorMetadata {
+        name: spec.name.clone(),
+        datatype: datatype_name(spec.datatype).to_owned(),
+        shape: shape.collect(),
+    }
+}
+
+fn config_tensor(spec: &TensorSpec) -> ConfigTensor {
+    let data_type = match spec.datatype {
+        DataType::Bytes => "TYPE_STRING".to_owned(),
+        other => format!("TYPE_{}", datatype_name(other)),
+    };
+    ConfigTensor {
+        name: spec.name.clone(),
+        data_type,
+        dims: spec.shape.clone(),
+    }
+}
+
+fn metadata_of(spec: &ModelSpec) -> ModelMetadata {
+    ModelMetadata {
+        name: spec.name.clone(),
+        versions: vec![VERSION.to_owned()],
+        platform: PLATFORM.to_owned(),
+        inputs: spec.inputs.iter().map(metadata_tensor).collect(),
+        outputs: spec.outputs.iter().map(metadata_tensor).collect(),
+    }
+}
+
+fn config_of(spec: &ModelSpec) -> ModelConfig {
+    let slo_ms = spec.slo as f64 / 1e6;
+    let parameters = BTreeMap::from([(
+        "slo_ms".to_owned(),
+        ConfigParameter {
+            string_value: slo_ms.to_string(),
+        },
+    )]);
+    ModelConfig {
+        name: spec.name.clone(),
+        platform: PLATFORM.to_owned(),
+        backend: PLATFORM.to_owned(),
+        max_batch_size: 1,
+        input: spec.inputs.iter().map(config_tensor).collect(),
+        output: spec.outputs.iter().map(config_tensor).collect(),
+        dynamic_batching: DynamicBatching {
+            preferred_batch_size: spec.profile.batches.iter().map(|b| b.batch).collect(),
+        },
+        parameters,
+    }
+}
+
+/// Metadata of a model.
+#[utoipa::path(tag = "models", responses(
+    (status = 200, body = ModelMetadata),
+    (status = 404, description = "unknown model", body = ErrorBody),
+))]
+#[get("/v2/models/{model}")]
+pub(super) async fn metadata(
+    state: web::Data<ApiState>,
+    path: web::Path<String>,
+) -> Result<web::Json<ModelMetadata>, ApiError> {
+    let entry = state.models.find(&path, None)?;
+    Ok(web::Json(metadata_of(&entry.spec)))
+}
+
+/// Metadata of a model version.
+#[utoipa::path(tag = "models", responses(
+    (status = 200, body = ModelMetadata),
+    (status = 404, description = "unknown model or version", body = ErrorBody),
+))]
+#[get("/v2/models/{model}/versions/{version}")]
+pub(super) async fn version_metadata(
+    state: web::Data<ApiState>,
+    path: web::Path<(String, String)>,
+) -> Result<web::Json<ModelMetadata>, ApiError> {
+    let (model, version) = path.into_inner();
+    let entry = state.models.find(&model, Some(&version))?;
+    Ok(web::Json(metadata_of(&entry.spec)))
+}
+
+/// Whether a model admits requests: 200 if so, 503 if unloaded, 404 if unknown.
+#[utoipa::path(tag = "models", responses(
+    (status = 200, description = "ready"),
+    (status = 404, description = "unknown model", body = ErrorBody),
+    (status = 503, description = "unloaded", body = ErrorBody),
+))]
+#[get("/v2/models/{model}/ready")]
+pub(super) async fn ready(
+    state: web::Data<ApiState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    state.models.ready(&path, None)?;
+    Ok(HttpResponse::Ok().finish())
+}
+
+/// Whether a model version admits requests: 200 if so, 503 if unloaded, 404 if unknown.
+#[utoipa::path(tag = "models", responses(
+    (status = 200, description = "ready"),
+    (status = 404, description = "unknown model or version", body = ErrorBody),
+    (status = 503, description = "unloaded", body = ErrorBody),
+))]
+#[get("/v2/models/{model}/versions/{version}/ready")]
+pub(super) async fn version_ready(
+    state: web::Data<ApiState>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (model, version) = path.into_inner();
+    state.models.ready(&model, Some(&version))?;
+    Ok(HttpResponse::Ok().finish())
+}
+
+/// Triton model configuration of a model.
+#[utoipa::path(tag = "models", responses(
+    (status = 200, body = ModelConfig),
+    (status = 404, description = "unknown model", body = ErrorBody),
+))]
+#[get("/v2/models/{model}/config")]
+pub(super) async fn config(
+    state: web::Data<ApiState>,
+    path: web::Path<String>,
+) -> Result<web::Json<ModelConfig>, ApiError> {
+    let entry = state.models.find(&path, None)?;
+    Ok(web::Json(config_of(&entry.spec)))
+}
+
+/// Triton model configuration of a model version.
+#[utoipa::path(tag = "models", responses(
+    (status = 200, body = ModelConfig),
+    (status = 404, description = "unknown model or version", body = ErrorBody),
+))]
+#[get("/v2/models/{model}/versions/{version}/config")]
+pub(super) async fn version_config(
+    state: web::Data<ApiState>,
+    path: web::Path<(String, String)>,
+) -> Result<web::Json<ModelConfig>, ApiError> {
+    let (model, version) = path.into_inner();
+    let entry = state.models.find(&model, Some(&version))?;
+    Ok(web::Json(config_of(&entry.spec)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_adds_the_batch_dimension_and_config_does_not() {
+        let spec = crate::gpu::profiles::model("resnet50", "r", 100_000_000).unwrap();
+        let described = metadata_of(&spec);
+        assert_eq!(described.inputs[0].shape, vec![-1, 3, 224, 224]);
+        assert_eq!(described.inputs[0].datatype, "FP32");
+        let triton = config_of(&spec);
+        assert_eq!(triton.input[0].dims, vec![3, 224, 224]);
+        assert_eq!(triton.input[0].data_type, "TYPE_FP32");
+        assert_eq!(triton.parameters["slo_ms"].string_value, "100");
+    }
+
+    #[test]
+    fn unknown_versions_and_unloaded_models_are_told_apart() {
+        let spec = crate::gpu::profiles::model("zero", "z", 1).unwrap();
+        let models = Models::new(&[spec]);
+        assert!(models.find("z", Some("1")).is_ok());
+        assert_eq!(
+            models.find("z", Some("2")).err().map(|e| e.kind()),
+            Some("unknown_version")
+        );
+        assert_eq!(
+            models.find("y", None).err().map(|e| e.kind()),
+            Some("unknown_model")
+        );
+        models.find("z", None).unwrap().set_available(false);
+        assert_eq!(
+            models.ready("z", None).err().map(|e| e.kind()),
+            Some("model_unavailable")
+        );
+    }
+}

@@ -1,0 +1,167 @@
+//! The JSON bodies of the Open Inference Protocol (KServe V2) inference route, and the
+//! names of its datatypes.
+//!
+//! Requests are read leniently (unknown fields are ignored, as the protocol lets servers
+//! do) but every value the server uses is checked; responses follow the protocol and add
+//! this runtime's facts as response parameters (`emulated`, `late`).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use crate::model::DataType;
+
+/// Parameters of a request, tensor or response: a JSON object.
+pub type Parameters = Map<String, Value>;
+
+/// `POST /v2/models/{model}/infer`.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct InferRequest {
+    /// Echoed in the response.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// `slo_ms` (latency objective in milliseconds); `binary_data_output` (every output
+    /// not listed in `outputs` comes back as binary data).
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub parameters: Parameters,
+    pub inputs: Vec<RequestInput>,
+    /// The outputs wanted, in this order; all of them if absent.
+    #[serde(default)]
+    pub outputs: Option<Vec<RequestOutput>>,
+}
+
+/// One input tensor of a request.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct RequestInput {
+    pub name: String,
+    /// The model's shape of one item, optionally preceded by a batch dimension of 1.
+    pub shape: Vec<i64>,
+    pub datatype: String,
+    /// `binary_data_size`: the tensor's bytes follow the JSON header (binary extension).
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub parameters: Parameters,
+    /// Elements in row-major order, flat or nested; absent for binary data.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub data: Option<Value>,
+}
+
+/// One output a request asks for.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct RequestOutput {
+    pub name: String,
+    /// `binary_data`: answer this output as binary data.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub parameters: Parameters,
+}
+
+/// A successful inference.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InferResponse {
+    pub model_name: String,
+    pub model_version: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// `emulated` (the device only emulated the model: outputs are not a real
+    /// inference), `late` (answered after the deadline: the estimates were wrong),
+    /// `batch_size` (size of the batch it ran in), `slo_ms` (the objective it had).
+    #[schema(value_type = Object)]
+    pub parameters: Parameters,
+    pub outputs: Vec<ResponseOutput>,
+}
+
+/// One output tensor of a response.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ResponseOutput {
+    pub name: String,
+    pub datatype: String,
+    pub shape: Vec<usize>,
+    /// `binary_data_size` when the data follows the JSON header.
+    #[serde(skip_serializing_if = "Map::is_empty")]
+    #[schema(value_type = Object)]
+    pub parameters: Parameters,
+    /// Flat elements in row-major order; absent for binary data.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Vec<Object>)]
+    pub data: Option<super::codec::Elements>,
+}
+
+/// Every datatype and its protocol name.
+const NAMES: [(DataType, &str); 13] = [
+    (DataType::Bool, "BOOL"),
+    (DataType::Uint8, "UINT8"),
+    (DataType::Uint16, "UINT16"),
+    (DataType::Uint32, "UINT32"),
+    (DataType::Uint64, "UINT64"),
+    (DataType::Int8, "INT8"),
+    (DataType::Int16, "INT16"),
+    (DataType::Int32, "INT32"),
+    (DataType::Int64, "INT64"),
+    (DataType::Fp16, "FP16"),
+    (DataType::Fp32, "FP32"),
+    (DataType::Fp64, "FP64"),
+    (DataType::Bytes, "BYTES"),
+];
+
+/// The protocol's name of a datatype.
+pub fn datatype_name(datatype: DataType) -> &'static str {
+    NAMES
+        .iter()
+        .find(|(d, _)| *d == datatype)
+        .map_or("BYTES", |(_, name)| name)
+}
+
+/// The datatype the protocol calls `name`.
+pub fn parse_datatype(name: &str) -> Option<DataType> {
+    NAMES.iter().find(|(_, n)| *n == name).map(|(d, _)| *d)
+}
+
+/// A boolean parameter; absent counts as `false`.
+pub fn flag(parameters: &Parameters, key: &str) -> Result<bool, String> {
+    match parameters.get(key) {
+        None => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(other) => Err(format!("parameter '{key}' must be a boolean, got {other}")),
+    }
+}
+
+/// A byte count parameter (`binary_data_size`), if present.
+pub fn size(parameters: &Parameters, key: &str) -> Result<Option<usize>, String> {
+    match parameters.get(key) {
+        None => Ok(None),
+        Some(value) => value
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| format!("parameter '{key}' must be a byte count, got {value}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_datatype_has_a_name_and_back() {
+        for (datatype, name) in NAMES {
+            assert_eq!(datatype_name(datatype), name);
+            assert_eq!(parse_datatype(name), Some(datatype));
+            let serde_name = serde_json::to_value(datatype).unwrap();
+            assert_eq!(serde_name, Value::from(name));
+        }
+        assert_eq!(parse_datatype("BF16"), None);
+    }
+
+    #[test]
+    fn parameters_are_typed() {
+        let p: Parameters = serde_json::from_str(r#"{"a": true, "n": 12, "s": "x"}"#).unwrap();
+        assert_eq!(flag(&p, "a"), Ok(true));
+        assert_eq!(flag(&p, "missing"), Ok(false));
+        assert!(flag(&p, "s").is_err());
+        assert_eq!(size(&p, "n"), Ok(Some(12)));
+        assert!(size(&p, "s").is_err());
+    }
+}

@@ -1,0 +1,171 @@
+//! Shared by the `api_*` tests: the real actor system and HTTP server on 127.0.0.1:0, in
+//! real time, with an HTTP client.
+
+#![allow(dead_code)] // each test file uses its own part
+
+use actix_web::dev::ServerHandle;
+use actix_web::HttpServer;
+use clockwork::actors::{Placement, Runtime, RuntimeBuilder};
+use clockwork::api::{self, ApiSettings, ApiState};
+use clockwork::config::Config;
+use clockwork::gpu::profiles;
+use clockwork::model::{DataType, ModelSpec, TensorSpec};
+use clockwork::time::{Clock, MS};
+use serde_json::Value;
+
+/// One emulated V100 with `mlp` (mlp-small), `resnet` (resnet50) and `typed` (inputs of
+/// several datatypes).
+const CONFIG: &str = r#"
+[[devices]]
+backend = "sim"
+profile = "v100"
+
+[[models]]
+name = "mlp"
+profile = "mlp-small"
+slo = "100ms"
+
+[[models]]
+name = "resnet"
+profile = "resnet50"
+"#;
+
+/// A running server.
+pub struct TestServer {
+    pub base: String,
+    pub client: awc::Client,
+    pub runtime: Runtime,
+    handle: ServerHandle,
+}
+
+fn tensor(name: &str, datatype: DataType, shape: &[i64]) -> TensorSpec {
+    TensorSpec {
+        name: name.into(),
+        datatype,
+        shape: shape.to_vec(),
+    }
+}
+
+/// A model taking one input of each of several datatypes, with mlp-small's timing.
+pub fn typed_model() -> ModelSpec {
+    let mut spec = profiles::model("mlp-small", "typed", 100 * MS).expect("built-in profile");
+    spec.inputs = vec![
+        tensor("ints", DataType::Int64, &[2]),
+        tensor("flags", DataType::Bool, &[3]),
+        tensor("halves", DataType::Fp16, &[2]),
+        tensor("text", DataType::Bytes, &[-1]),
+        tensor("small", DataType::Uint8, &[2, 2]),
+    ];
+    spec.outputs = vec![
+        tensor("scores", DataType::Fp32, &[2]),
+        tensor("ids", DataType::Int32, &[3]),
+    ];
+    spec
+}
+
+/// Starts the runtime and the API with `settings`.
+pub async fn start(settings: ApiSettings) -> TestServer {
+    let config = Config::parse(CONFIG).expect("test config");
+    let runtime = RuntimeBuilder::from_config(Clock::start(), &config)
+        .expect("runtime")
+        .model(typed_model())
+        .placement(Placement::Threads)
+        .start()
+        .expect("start");
+    let state = ApiState::new(&runtime, settings).expect("api state");
+    let server = HttpServer::new(move || api::app(state.clone()))
+        .workers(2)
+        .disable_signals()
+        .bind("127.0.0.1:0")
+        .expect("bind");
+    let address = server.addrs()[0];
+    let server = server.run();
+    let handle = server.handle();
+    actix_web::rt::spawn(server);
+    let client = awc::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .finish();
+    TestServer {
+        base: format!("http://{address}"),
+        client,
+        runtime,
+        handle,
+    }
+}
+
+/// Starts with the default settings.
+pub async fn start_default() -> TestServer {
+    start(ApiSettings::default()).await
+}
+
+impl TestServer {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// GET: status and body.
+    pub async fn get(&self, path: &str) -> (u16, Vec<u8>) {
+        let mut response = self.client.get(self.url(path)).send().await.expect("GET");
+        let body = response.body().limit(64 << 20).await.expect("body");
+        (response.status().as_u16(), body.to_vec())
+    }
+
+    /// GET, parsing a JSON body.
+    pub async fn get_json(&self, path: &str) -> (u16, Value) {
+        let (status, body) = self.get(path).await;
+        (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+    }
+
+    /// POST raw bytes with extra headers: status, headers and body.
+    pub async fn post_raw(
+        &self,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Vec<u8>,
+    ) -> (u16, awc::http::header::HeaderMap, Vec<u8>) {
+        let mut request = self.client.post(self.url(path));
+        for (name, value) in headers {
+            request = request.insert_header((*name, value.as_str()));
+        }
+        let mut response = request.send_body(body).await.expect("POST");
+        let body = response.body().limit(64 << 20).await.expect("body");
+        (
+            response.status().as_u16(),
+            response.headers().clone(),
+            body.to_vec(),
+        )
+    }
+
+    /// POST a JSON value, parsing a JSON answer.
+    pub async fn post_json(&self, path: &str, value: &Value) -> (u16, Value) {
+        let body = serde_json::to_vec(value).expect("json");
+        let (status, _, body) = self.post_raw(path, &[], body).await;
+        (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+    }
+
+    /// Stops the HTTP server and the actors.
+    pub async fn stop(self) {
+        self.handle.stop(true).await;
+        self.runtime.shutdown().await;
+    }
+}
+
+/// An inference request for `mlp` with 64 values, with a batch dimension of 1.
+pub fn mlp_request(value: f32) -> Value {
+    serde_json::json!({
+        "inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": vec![value; 64]}]
+    })
+}
+
+/// Asserts an error answer: its status and `error_type`, and that the message names
+/// `mentions`.
+pub fn assert_error(answer: &(u16, Value), status: u16, error_type: &str, mentions: &str) {
+    let (got, body) = answer;
+    assert_eq!(*got, status, "{body}");
+    assert_eq!(body["error_type"], error_type, "{body}");
+    let message = body["error"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(mentions),
+        "'{message}' should name '{mentions}'"
+    );
+}
