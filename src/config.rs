@@ -67,6 +67,9 @@ impl Default for ServerConfig {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PolicyConfig {
+    /// Which policy decides: `clockwork`, `clockwork-nodrop` (ablation: no early
+    /// refusal) or `reactive` (a Clipper-like baseline).
+    pub name: String,
     /// How far ahead of now each device's exec and load lanes are kept busy: more hides
     /// dispatch latency, less keeps batching decisions late and informed.
     #[serde(with = "humantime_serde")]
@@ -105,6 +108,7 @@ impl Default for PolicyConfig {
     fn default() -> Self {
         let ms = Duration::from_millis;
         Self {
+            name: "clockwork".into(),
             schedule_ahead: ms(5),
             estimate_window: 10,
             estimate_percentile: 99.0,
@@ -224,6 +228,13 @@ impl Config {
     fn validate(&self) -> Result<(), ConfigError> {
         let p = &self.policy;
         let invalid = |m: &str| Err(ConfigError::Invalid(m.into()));
+        if !crate::scheduler::POLICIES.contains(&p.name.as_str()) {
+            let known = crate::scheduler::POLICIES.join(", ");
+            let name = &p.name;
+            return Err(ConfigError::Invalid(format!(
+                "policy.name '{name}' is not one of {known}"
+            )));
+        }
         if p.estimate_window == 0 {
             return invalid("policy.estimate_window must be at least 1");
         }

@@ -4,7 +4,9 @@
 use clockwork::config::PolicyConfig;
 use clockwork::model::{BatchLatency, ModelId, ModelProfile, RequestId};
 use clockwork::scheduler::testbed::{Report, Testbed};
-use clockwork::scheduler::{ClockworkPolicy, DeviceInfo, ModelInfo, Policy, Request};
+use clockwork::scheduler::{
+    ClockworkPolicy, DeviceInfo, ModelInfo, Policy, ReactivePolicy, Request,
+};
 use clockwork::time::{Nanos, MS, US};
 use proptest::prelude::*;
 
@@ -66,8 +68,15 @@ fn scenario() -> impl Strategy<Value = Scenario> {
 }
 
 fn run(scenario: &Scenario, factor: f64) -> Report {
+    run_policy(
+        ClockworkPolicy::new(&PolicyConfig::default()),
+        scenario,
+        factor,
+    )
+}
+
+fn run_policy<P: Policy>(mut policy: P, scenario: &Scenario, factor: f64) -> Report {
     let config = PolicyConfig::default();
-    let mut policy = ClockworkPolicy::new(&config);
     for &pages in &scenario.devices {
         policy.add_device(DeviceInfo {
             kind: "test".into(),
@@ -124,5 +133,20 @@ proptest! {
         let report = run(&scenario, factor);
         prop_assert!(report.violations.is_empty(), "{:?}", report.violations);
         prop_assert_eq!(answered(&report), scenario.requests.len());
+    }
+
+    /// The baselines keep the same bookkeeping promises: one answer per request, memory
+    /// within capacity, allowed batches (they may answer late; that is what they are for).
+    #[test]
+    fn baselines_answer_everything_once(scenario in scenario(), factor in 1.0f64..2.0) {
+        let config = PolicyConfig::default();
+        for report in [
+            run_policy(ReactivePolicy::new(&config), &scenario, factor),
+            run_policy(ClockworkPolicy::new(&config).without_early_drop(), &scenario, factor),
+        ] {
+            prop_assert!(report.violations.is_empty(), "{:?}", report.violations);
+            prop_assert_eq!(answered(&report), scenario.requests.len());
+            prop_assert!(report.refused.is_empty(), "no early refusal: {:?}", report.refused);
+        }
     }
 }

@@ -40,6 +40,8 @@ pub enum StartError {
     DuplicateModel(String),
     #[error("no devices configured")]
     NoDevices,
+    #[error(transparent)]
+    UnknownPolicy(#[from] scheduler::UnknownPolicy),
 }
 
 /// Collects models and devices, then starts the actors.
@@ -155,7 +157,7 @@ impl RuntimeBuilder {
     pub fn start(self) -> Result<Runtime, StartError> {
         self.check()?;
         let events = EventBus::default();
-        let mut policy = scheduler::build(&self.policy);
+        let mut policy = scheduler::build(&self.policy.name, &self.policy)?;
         let mut cache = ModelCache::default();
         for spec in &self.models {
             let pages = spec.profile.pages(self.policy.page_bytes);

@@ -13,10 +13,12 @@ mod device;
 mod estimate;
 pub mod ids;
 mod queue;
+mod reactive;
 pub mod testbed;
 
 pub use clockwork::ClockworkPolicy;
 pub use estimate::Estimator;
+pub use reactive::ReactivePolicy;
 
 use serde::{Deserialize, Serialize};
 
@@ -238,7 +240,21 @@ pub trait Policy {
     fn snapshot(&self, now: Nanos) -> PolicySnapshot;
 }
 
-/// Builds the policy named in the configuration.
-pub fn build(config: &PolicyConfig) -> Box<dyn Policy + Send> {
-    Box::new(ClockworkPolicy::new(config))
+/// Policies that can be named in configuration and on the command line.
+pub const POLICIES: &[&str] = &["clockwork", "clockwork-nodrop", "reactive"];
+
+/// A policy name that is not one of [`POLICIES`].
+#[derive(Debug, thiserror::Error)]
+#[error("unknown policy '{0}' (known: clockwork, clockwork-nodrop, reactive)")]
+pub struct UnknownPolicy(pub String);
+
+/// Builds a policy by name: `clockwork`, its ablation without early refusal
+/// `clockwork-nodrop`, or the `reactive` baseline.
+pub fn build(name: &str, config: &PolicyConfig) -> Result<Box<dyn Policy + Send>, UnknownPolicy> {
+    match name {
+        "clockwork" => Ok(Box::new(ClockworkPolicy::new(config))),
+        "clockwork-nodrop" => Ok(Box::new(ClockworkPolicy::new(config).without_early_drop())),
+        "reactive" => Ok(Box::new(ReactivePolicy::new(config))),
+        other => Err(UnknownPolicy(other.to_owned())),
+    }
 }

@@ -117,9 +117,10 @@ impl ClockworkPolicy {
     ) {
         let kind = self.devices[device.0 as usize].kind;
         let single = self.exec_estimate(model, kind, 0);
+        let early_drop = self.params.early_drop;
         let queue = &mut self.models[model.0 as usize].queue;
         let mut hopeless = Vec::new();
-        while queue.front().is_some_and(|q| start + single > q.deadline) {
+        while early_drop && queue.front().is_some_and(|q| start + single > q.deadline) {
             hopeless.extend(queue.pop_front());
         }
         self.queued -= hopeless.len();
@@ -140,9 +141,13 @@ impl ClockworkPolicy {
         // Leave the executor slack to start late, but not so late that it would finish
         // past the front request's internal deadline.
         let slack = (now + p.lanes.expected_lag + p.schedule_ahead).max(start + p.schedule_ahead);
-        let latest = slack
-            .min(front.deadline.saturating_sub(expected))
-            .max(start);
+        let latest = if p.early_drop {
+            slack
+                .min(front.deadline.saturating_sub(expected))
+                .max(start)
+        } else {
+            slack
+        };
         let ids = requests.iter().map(|q| q.id).collect();
         let action = self.action(
             device,

@@ -48,6 +48,7 @@ impl ClockworkPolicy {
             return;
         }
         let kind = d.kind;
+        let early_drop = self.params.early_drop;
         let candidate = self
             .load_ranking
             .iter()
@@ -57,9 +58,8 @@ impl ClockworkPolicy {
             .find(|&model| {
                 let m = &self.models[model.0 as usize];
                 let ready = start + m.load[kind].get() + self.exec_estimate(model, kind, 0);
-                !d.residents.contains_key(&model)
-                    && m.pages <= d.capacity
-                    && m.queue.back().is_some_and(|q| ready <= q.deadline)
+                let useful = !early_drop || m.queue.back().is_some_and(|q| ready <= q.deadline);
+                !d.residents.contains_key(&model) && m.pages <= d.capacity && useful
             });
         let victims = candidate.and_then(|model| Some((model, self.victims(device, model)?)));
         let Some((model, victims)) = victims else {

@@ -48,6 +48,8 @@ struct Params {
     window: usize,
     percentile: f64,
     lanes: LaneTiming,
+    /// Refuse hopeless requests early (off only for the ablation that serves them late).
+    early_drop: bool,
 }
 
 impl From<&PolicyConfig> for Params {
@@ -64,6 +66,7 @@ impl From<&PolicyConfig> for Params {
                 expected_lag: nanos(c.expected_lag),
                 lag_allowance: nanos(c.lag_allowance),
             },
+            early_drop: true,
         }
     }
 }
@@ -137,6 +140,13 @@ impl ClockworkPolicy {
         }
     }
 
+    /// The ablation: the same planning, but hopeless requests are served late instead of
+    /// refused early (nothing times out, nothing is dropped before its batch).
+    pub fn without_early_drop(mut self) -> Self {
+        self.params.early_drop = false;
+        self
+    }
+
     fn kind_index(&mut self, kind: &str) -> usize {
         if let Some(i) = self.kinds.iter().position(|k| k == kind) {
             return i;
@@ -191,7 +201,7 @@ impl ClockworkPolicy {
     fn enqueue(&mut self, model: ModelId, item: Queued) {
         let expires = infer::expiry(item.deadline, self.best_single(model));
         let m = &mut self.models[model.0 as usize];
-        if m.expiry.is_none_or(|armed| expires < armed) {
+        if self.params.early_drop && m.expiry.is_none_or(|armed| expires < armed) {
             m.expiry = Some(expires);
             self.expiries.push(Reverse((expires, model)));
         }
@@ -315,7 +325,8 @@ impl Policy for ClockworkPolicy {
         let single = model.exec.iter().map(|k| k[0].get()).max().unwrap_or(0);
         let cold = model.ready_on.is_empty() && model.loading == 0;
         let load = model.load.iter().map(Estimator::get).min().unwrap_or(0);
-        if cold && now + p.lanes.expected_lag + load + single > request.arrival + window {
+        let hopeless = now + p.lanes.expected_lag + load + single > request.arrival + window;
+        if p.early_drop && cold && hopeless {
             // Nobody holds the model and a load could not finish in time: say so now.
             plan.answers.push(Answer {
                 request: request.id,

@@ -1,0 +1,368 @@
+//! The `reactive` baseline: how a Clipper-like system serves many models.
+//!
+//! - Each model has a FIFO queue. When a device's exec lane goes idle, it runs the model
+//!   whose oldest request has waited longest, with a batch no larger than the model's
+//!   adaptive limit (AIMD: +1 after a batch that met its objective, x0.75 after one that
+//!   did not).
+//! - A request for a model no device holds triggers a load on a miss, evicting the least
+//!   recently used models.
+//! - Nothing is planned ahead and nothing is refused: every request is served, however
+//!   late. It exists to be compared with Clockwork on the same arrivals.
+
+use std::collections::VecDeque;
+
+use super::ids::IdMap;
+use super::{
+    Action, ActionKind, Answer, DeviceInfo, DeviceSnapshot, ModelInfo, Outcome, Plan, Policy,
+    PolicySnapshot, Refusal, Request, Verdict,
+};
+use crate::config::PolicyConfig;
+use crate::model::{ActionId, DeviceId, ModelId, RequestId};
+use crate::time::Nanos;
+
+/// A waiting request: id, arrival and when its answer is due.
+type Waiting = (RequestId, Nanos, Nanos);
+
+struct Model {
+    info: ModelInfo,
+    /// Allowed batch sizes, ascending.
+    batches: Vec<u32>,
+    queue: VecDeque<Waiting>,
+    /// AIMD batch-size limit.
+    limit: f64,
+    /// A load of it is queued or running somewhere.
+    loading: bool,
+}
+
+#[derive(Default)]
+struct Device {
+    pages: u32,
+    used: u32,
+    /// Resident models: (ready, last use, INFERs in flight).
+    residents: IdMap<ModelId, (bool, Nanos, u32)>,
+    exec_busy: bool,
+    load_busy: bool,
+}
+
+enum Work {
+    Load,
+    Unload,
+    Infer(Vec<Waiting>),
+}
+
+/// The reactive baseline policy.
+pub struct ReactivePolicy {
+    max_batch: u32,
+    models: Vec<Model>,
+    devices: Vec<Device>,
+    in_flight: IdMap<ActionId, (DeviceId, ModelId, Work)>,
+    /// Models that had a request while no device held them, in order of the miss.
+    misses: VecDeque<ModelId>,
+    next_action: u64,
+    queued: usize,
+}
+
+impl ReactivePolicy {
+    pub fn new(config: &PolicyConfig) -> Self {
+        Self {
+            max_batch: config.max_batch,
+            models: Vec::new(),
+            devices: Vec::new(),
+            in_flight: IdMap::default(),
+            misses: VecDeque::new(),
+            next_action: 0,
+            queued: 0,
+        }
+    }
+
+    fn send(
+        &mut self,
+        plan: &mut Plan,
+        device: DeviceId,
+        model: ModelId,
+        kind: ActionKind,
+        work: Work,
+        now: Nanos,
+    ) {
+        self.next_action += 1;
+        let id = ActionId(self.next_action);
+        let expected_duration = match &kind {
+            ActionKind::Infer { requests } => self.models[model.0 as usize]
+                .info
+                .profile
+                .latency(requests.len() as u32)
+                .unwrap_or(0),
+            ActionKind::Load => self.models[model.0 as usize].info.profile.load_latency,
+            ActionKind::Unload => 0,
+        };
+        plan.actions.push(Action {
+            id,
+            device,
+            model,
+            earliest: now,
+            latest: Nanos::MAX,
+            expected_duration,
+            kind,
+        });
+        self.in_flight.insert(id, (device, model, work));
+    }
+
+    /// Runs the longest-waiting resident model on an idle device.
+    fn run_batch(&mut self, device: DeviceId, now: Nanos, plan: &mut Plan) {
+        let d = &self.devices[device.0 as usize];
+        let oldest = d
+            .residents
+            .iter()
+            .filter(|(_, r)| r.0)
+            .filter_map(|(&m, _)| self.models[m.0 as usize].queue.front().map(|w| (w.1, m)))
+            .min();
+        let Some((_, model)) = oldest else {
+            return;
+        };
+        let m = &mut self.models[model.0 as usize];
+        let cap = (m.limit as u32)
+            .clamp(1, self.max_batch)
+            .min(m.queue.len() as u32);
+        let batch = m
+            .batches
+            .iter()
+            .rev()
+            .find(|&&b| b <= cap)
+            .copied()
+            .unwrap_or(1);
+        let taken: Vec<Waiting> = m.queue.drain(..batch as usize).collect();
+        self.queued -= taken.len();
+        let requests = taken.iter().map(|w| w.0).collect();
+        let d = &mut self.devices[device.0 as usize];
+        d.exec_busy = true;
+        if let Some(r) = d.residents.get_mut(&model) {
+            r.1 = now;
+            r.2 += 1;
+        }
+        self.send(
+            plan,
+            device,
+            model,
+            ActionKind::Infer { requests },
+            Work::Infer(taken),
+            now,
+        );
+    }
+
+    /// Loads the oldest missed model on a device with an idle load lane, evicting the
+    /// least recently used models to make room.
+    fn load_missed(&mut self, device: DeviceId, now: Nanos, plan: &mut Plan) {
+        while let Some(&model) = self.misses.front() {
+            let m = &self.models[model.0 as usize];
+            let held = self
+                .devices
+                .iter()
+                .any(|d| d.residents.contains_key(&model));
+            if m.queue.is_empty() || held || m.loading {
+                self.misses.pop_front();
+                continue;
+            }
+            let Some(victims) = self.lru_victims(device, m.info.pages) else {
+                return;
+            };
+            self.misses.pop_front();
+            for victim in victims {
+                let d = &mut self.devices[device.0 as usize];
+                if d.residents.remove(&victim).is_some() {
+                    d.used -= m_pages(&self.models, victim);
+                }
+                if !self.models[victim.0 as usize].queue.is_empty() {
+                    // Its waiting requests now miss too.
+                    self.misses.push_back(victim);
+                }
+                self.send(plan, device, victim, ActionKind::Unload, Work::Unload, now);
+            }
+            let pages = self.models[model.0 as usize].info.pages;
+            let d = &mut self.devices[device.0 as usize];
+            d.used += pages;
+            d.residents.insert(model, (false, now, 0));
+            d.load_busy = true;
+            self.models[model.0 as usize].loading = true;
+            self.send(plan, device, model, ActionKind::Load, Work::Load, now);
+            return;
+        }
+    }
+
+    fn lru_victims(&self, device: DeviceId, needed: u32) -> Option<Vec<ModelId>> {
+        let d = &self.devices[device.0 as usize];
+        let mut idle: Vec<(Nanos, ModelId)> = d
+            .residents
+            .iter()
+            .filter(|(_, r)| r.0 && r.2 == 0)
+            .map(|(&m, r)| (r.1, m))
+            .collect();
+        idle.sort_unstable();
+        let mut free = d.pages - d.used;
+        let mut victims = Vec::new();
+        for (_, m) in idle {
+            if free >= needed {
+                break;
+            }
+            free += m_pages(&self.models, m);
+            victims.push(m);
+        }
+        (free >= needed).then_some(victims)
+    }
+
+    fn finish_infer(
+        &mut self,
+        device: DeviceId,
+        model: ModelId,
+        taken: Vec<Waiting>,
+        outcome: Outcome,
+        plan: &mut Plan,
+    ) {
+        let d = &mut self.devices[device.0 as usize];
+        d.exec_busy = false;
+        if let Some(r) = d.residents.get_mut(&model) {
+            r.2 = r.2.saturating_sub(1);
+        }
+        let m = &mut self.models[model.0 as usize];
+        match outcome.result {
+            Ok(measured) => {
+                let all_in_time = taken.iter().all(|w| measured.end <= w.2);
+                m.limit = if all_in_time {
+                    m.limit + 1.0
+                } else {
+                    (m.limit * 0.75).max(1.0)
+                };
+                m.limit = m.limit.min(f64::from(self.max_batch));
+                for (id, _, due) in taken {
+                    let late = measured.end > due;
+                    let verdict = Verdict::Completed {
+                        action: outcome.action,
+                        late,
+                    };
+                    plan.answers.push(Answer {
+                        request: id,
+                        verdict,
+                    });
+                }
+            }
+            Err(error) => {
+                for (id, _, _) in taken {
+                    plan.answers.push(Answer {
+                        request: id,
+                        verdict: Verdict::Failed(error.clone()),
+                    });
+                }
+            }
+        }
+    }
+}
+
+fn m_pages(models: &[Model], model: ModelId) -> u32 {
+    models[model.0 as usize].info.pages
+}
+
+impl Policy for ReactivePolicy {
+    fn add_model(&mut self, info: ModelInfo) -> ModelId {
+        let mut batches: Vec<u32> = info
+            .profile
+            .batches
+            .iter()
+            .map(|b| b.batch)
+            .filter(|&b| b >= 1)
+            .collect();
+        batches.sort_unstable();
+        if batches.first() != Some(&1) {
+            batches.insert(0, 1);
+        }
+        self.models.push(Model {
+            info,
+            batches,
+            queue: VecDeque::new(),
+            limit: 1.0,
+            loading: false,
+        });
+        ModelId(self.models.len() as u32 - 1)
+    }
+
+    fn add_device(&mut self, device: DeviceInfo) -> DeviceId {
+        self.devices.push(Device {
+            pages: device.pages,
+            ..Device::default()
+        });
+        DeviceId(self.devices.len() as u32 - 1)
+    }
+
+    fn admit(&mut self, request: Request, _now: Nanos, plan: &mut Plan) {
+        let Some(m) = self.models.get_mut(request.model.0 as usize) else {
+            let verdict = Verdict::Refused(Refusal::UnknownModel);
+            plan.answers.push(Answer {
+                request: request.id,
+                verdict,
+            });
+            return;
+        };
+        m.queue
+            .push_back((request.id, request.arrival, request.deadline()));
+        self.queued += 1;
+        if m.queue.len() == 1 && !m.loading {
+            self.misses.push_back(request.model);
+        }
+    }
+
+    fn observe(&mut self, outcome: Outcome, _now: Nanos, plan: &mut Plan) {
+        let Some((device, model, work)) = self.in_flight.remove(&outcome.action) else {
+            return;
+        };
+        match work {
+            Work::Infer(taken) => self.finish_infer(device, model, taken, outcome, plan),
+            Work::Unload => {}
+            Work::Load => {
+                let d = &mut self.devices[device.0 as usize];
+                d.load_busy = false;
+                self.models[model.0 as usize].loading = false;
+                if outcome.result.is_ok() {
+                    if let Some(r) = d.residents.get_mut(&model) {
+                        r.0 = true;
+                    }
+                } else if d.residents.remove(&model).is_some() {
+                    d.used -= m_pages(&self.models, model);
+                    self.misses.push_back(model);
+                }
+            }
+        }
+    }
+
+    fn schedule(&mut self, now: Nanos, plan: &mut Plan) {
+        for d in 0..self.devices.len() {
+            let device = DeviceId(d as u32);
+            if !self.devices[d].exec_busy {
+                self.run_batch(device, now, plan);
+            }
+            if !self.devices[d].load_busy && !self.misses.is_empty() {
+                self.load_missed(device, now, plan);
+            }
+        }
+    }
+
+    fn next_wakeup(&self, _now: Nanos) -> Option<Nanos> {
+        // Purely reactive: only arrivals and reports move it.
+        None
+    }
+
+    fn snapshot(&self, _now: Nanos) -> PolicySnapshot {
+        PolicySnapshot {
+            queued: self.queued,
+            in_flight: self.in_flight.len(),
+            devices: self
+                .devices
+                .iter()
+                .map(|d| DeviceSnapshot {
+                    pages_used: d.used,
+                    pages: d.pages,
+                    models: d.residents.len(),
+                    exec_free_at: 0,
+                    load_free_at: 0,
+                })
+                .collect(),
+        }
+    }
+}
