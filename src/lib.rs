@@ -11,3 +11,4 @@ pub mod scheduler;
 pub mod serve;
 pub mod tensor;
 pub mod time;
+pub mod workload;
