@@ -1,0 +1,69 @@
+"""Drives a running clockwork server with Triton's own Python HTTP client.
+
+Usage: python tritonclient_check.py HOST:PORT
+
+Checks what a Triton user does first: health, server and model metadata, the model
+config, and inference with JSON tensors and with binary tensors. Exits non-zero with a
+message on the first failure.
+"""
+
+import sys
+
+import numpy as np
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+MODEL = "mlp"
+
+
+def infer(client, binary):
+    data = np.linspace(0.0, 1.0, 64, dtype=np.float32).reshape(1, 64)
+    inputs = [httpclient.InferInput("input", list(data.shape), "FP32")]
+    inputs[0].set_data_from_numpy(data, binary_data=binary)
+    outputs = [httpclient.InferRequestedOutput("output", binary_data=binary)]
+    result = client.infer(MODEL, inputs, outputs=outputs, request_id="check-1")
+    output = result.as_numpy("output")
+    assert output is not None, "no output 'output'"
+    assert output.shape == (1, 10), f"output shape {output.shape}"
+    assert output.dtype == np.float32, f"output dtype {output.dtype}"
+    response = result.get_response()
+    assert response["id"] == "check-1", response
+    assert response["parameters"]["emulated"] is True, response
+    return output
+
+
+def main():
+    url = sys.argv[1]
+    client = httpclient.InferenceServerClient(url=url, connection_timeout=10.0, network_timeout=10.0)
+    assert client.is_server_live(), "server not live"
+    assert client.is_server_ready(), "server not ready"
+    assert client.is_model_ready(MODEL), "model not ready"
+    metadata = client.get_server_metadata()
+    assert "binary_tensor_data" in metadata["extensions"], metadata
+    model = client.get_model_metadata(MODEL)
+    assert model["inputs"][0]["shape"] == [-1, 64], model
+    config = client.get_model_config(MODEL)
+    assert config["max_batch_size"] == 1 and config["input"][0]["dims"] == [64], config
+
+    as_json = infer(client, binary=False)
+    as_binary = infer(client, binary=True)
+    assert np.array_equal(as_json, as_binary), (as_json, as_binary)
+
+    # Default outputs: tritonclient asks for every output as binary data.
+    data = np.zeros((1, 64), dtype=np.float32)
+    inputs = [httpclient.InferInput("input", [1, 64], "FP32")]
+    inputs[0].set_data_from_numpy(data)
+    assert client.infer(MODEL, inputs).as_numpy("output").shape == (1, 10)
+
+    # A refusal surfaces as the client's exception, with the server's message.
+    try:
+        client.infer("no-such-model", inputs)
+    except InferenceServerException as error:
+        assert "unknown model" in str(error), str(error)
+    else:
+        raise AssertionError("unknown model was answered")
+    print("tritonclient check passed: health, metadata, config, JSON and binary inference")
+
+
+if __name__ == "__main__":
+    main()

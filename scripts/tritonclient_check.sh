@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Runs scripts/tritonclient_check.py (Triton's Python HTTP client) against a real
+# `clockwork serve` on a free port. Installs tritonclient[http] and numpy from PyPI into a
+# virtual environment under target/ on first use. Always stops the server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+venv=target/tritonclient-venv
+if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check 'tritonclient[http]' numpy
+fi
+
+cargo build --quiet --bin clockwork
+work=$(mktemp -d)
+server_pid=
+cleanup() {
+    if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+cat > "$work/config.toml" <<'TOML'
+[server]
+listen = "127.0.0.1:0"
+[[devices]]
+backend = "sim"
+profile = "v100"
+[[models]]
+name = "mlp"
+profile = "mlp-small"
+TOML
+
+RUST_LOG=info target/debug/clockwork serve --config "$work/config.toml" 2> "$work/log" &
+server_pid=$!
+address=
+for _ in $(seq 1 100); do
+    address=$(sed -n 's/.*listening address=\([^ ]*\).*/\1/p' "$work/log" | head -n 1)
+    [ -n "$address" ] && break
+    kill -0 "$server_pid" 2>/dev/null || { cat "$work/log"; echo "server exited" >&2; exit 1; }
+    sleep 0.1
+done
+[ -n "$address" ] || { cat "$work/log"; echo "server did not announce its address" >&2; exit 1; }
+
+timeout 120 "$venv/bin/python" scripts/tritonclient_check.py "$address"
+
+# Graceful shutdown: SIGTERM exits 0.
+kill -TERM "$server_pid"
+status=0
+wait "$server_pid" || status=$?
+server_pid=
+[ "$status" -eq 0 ] || { cat "$work/log"; echo "server exited $status after SIGTERM" >&2; exit 1; }
