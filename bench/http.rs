@@ -1,0 +1,236 @@
+//! HTTP overhead of the inference path: `POST /v2/models/zero/infer` (JSON, a model that
+//! takes no time on an emulated device) against a bare actix-web handler that parses the
+//! same body and answers a response of the same shape, measured in the same run, with the
+//! same client at a fixed concurrency.
+//!
+//! `cargo bench --bench http -- [concurrency] [seconds]` (default 16 clients, 5 s each).
+//! The difference between the two is what the runtime adds: decoding and checking the
+//! tensors, the controller's admission and scheduling, the executor and the encoding.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use actix_web::{web, App, HttpResponse, HttpServer};
+use clockwork::actors::{Placement, RuntimeBuilder};
+use clockwork::api::{self, ApiSettings, ApiState};
+use clockwork::config::PolicyConfig;
+use clockwork::gpu::profiles;
+use clockwork::gpu::sim::{SimDevice, SimSettings};
+use clockwork::time::{Clock, MS};
+use serde_json::{json, Value};
+
+/// The bare handler: parses the request, answers a response of the same shape.
+async fn bare(body: web::Bytes) -> HttpResponse {
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let data = request["inputs"][0]["data"].clone();
+    HttpResponse::Ok().json(json!({
+        "model_name": "zero", "model_version": "1",
+        "parameters": {"emulated": true, "late": false, "batch_size": 1, "slo_ms": 100.0},
+        "outputs": [{"name": "output", "datatype": "FP32", "shape": [1, 4], "data": data}]
+    }))
+}
+
+struct Stats {
+    latencies_us: Vec<u64>,
+    errors: u64,
+}
+
+/// `concurrency` clients sending `body` to `url` back to back for `seconds`.
+async fn drive(url: String, body: Vec<u8>, concurrency: usize, seconds: u64) -> (Stats, f64) {
+    let client = Rc::new(
+        awc::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .finish(),
+    );
+    let stats = Rc::new(RefCell::new(Stats {
+        latencies_us: Vec::new(),
+        errors: 0,
+    }));
+    let body = web::Bytes::from(body);
+    let start = Instant::now();
+    let until = start + Duration::from_secs(seconds);
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let (client, stats, body, url) = (client.clone(), stats.clone(), body.clone(), url.clone());
+        tasks.push(actix_web::rt::spawn(async move {
+            while Instant::now() < until {
+                let sent = Instant::now();
+                let ok = match client.post(&url).send_body(body.clone()).await {
+                    Ok(mut response) => {
+                        response.body().await.is_ok() && response.status().is_success()
+                    }
+                    Err(_) => false,
+                };
+                let mut s = stats.borrow_mut();
+                if ok {
+                    s.latencies_us.push(sent.elapsed().as_micros() as u64);
+                } else {
+                    s.errors += 1;
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let stats = std::mem::replace(
+        &mut *stats.borrow_mut(),
+        Stats {
+            latencies_us: Vec::new(),
+            errors: 0,
+        },
+    );
+    (stats, wall)
+}
+
+/// The same requests sent to the controller directly, without HTTP: what the runtime
+/// itself takes, so that the HTTP layer's share can be told apart.
+async fn direct(
+    controller: actix::Addr<clockwork::actors::Controller>,
+    concurrency: usize,
+    seconds: u64,
+) -> (Stats, f64) {
+    use clockwork::actors::messages::Infer;
+    use clockwork::tensor::Tensor;
+    let stats = Rc::new(RefCell::new(Stats {
+        latencies_us: Vec::new(),
+        errors: 0,
+    }));
+    let start = Instant::now();
+    let until = start + Duration::from_secs(seconds);
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let (controller, stats) = (controller.clone(), stats.clone());
+        tasks.push(actix_web::rt::spawn(async move {
+            while Instant::now() < until {
+                let sent = Instant::now();
+                let inputs = vec![Tensor::from_f32("input", vec![4], &[1.0, 2.0, 3.0, 4.0])];
+                let infer = Infer {
+                    model: "zero".into(),
+                    inputs,
+                    slo: None,
+                };
+                let ok = matches!(controller.send(infer).await, Ok(Ok(_)));
+                let mut s = stats.borrow_mut();
+                if ok {
+                    s.latencies_us.push(sent.elapsed().as_micros() as u64);
+                } else {
+                    s.errors += 1;
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let stats = std::mem::replace(
+        &mut *stats.borrow_mut(),
+        Stats {
+            latencies_us: Vec::new(),
+            errors: 0,
+        },
+    );
+    (stats, wall)
+}
+
+fn percentile(sorted: &[u64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i] as f64
+}
+
+fn summary(name: &str, mut stats: Stats, wall: f64) -> (f64, f64, f64) {
+    stats.latencies_us.sort_unstable();
+    let (p50, p99) = (
+        percentile(&stats.latencies_us, 0.5),
+        percentile(&stats.latencies_us, 0.99),
+    );
+    let rate = stats.latencies_us.len() as f64 / wall;
+    println!(
+        "{name:<10} {:>9} ok {:>5} errors   p50 {:>7.0} µs   p99 {:>7.0} µs   {:>8.0} req/s",
+        stats.latencies_us.len(),
+        stats.errors,
+        p50,
+        p99,
+        rate
+    );
+    (p50, p99, rate)
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let concurrency: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(16);
+    let seconds: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5);
+    actix_web::rt::System::new().block_on(async move {
+        let clock = Clock::start();
+        let device = SimDevice::new(
+            clock,
+            SimSettings {
+                profile: profiles::device("v100").expect("built-in"),
+                pages: None,
+                emulation: Default::default(),
+            },
+        );
+        let mut spec = profiles::model("zero", "zero", 100 * MS).expect("built-in");
+        // 1 µs instead of 0: the policy's load demand is proportional to the estimate, and
+        // a model with zero demand is never loaded (see the closing note of the issue).
+        for b in &mut spec.profile.batches {
+            b.latency = 1_000;
+        }
+        let runtime = RuntimeBuilder::new(clock, PolicyConfig::default())
+            .model(spec)
+            .device(Box::new(device))
+            .placement(Placement::Threads)
+            .start()?;
+        let state = ApiState::new(&runtime, ApiSettings::default())?;
+        let served = HttpServer::new(move || api::app(state.clone()))
+            .workers(1)
+            .disable_signals()
+            .bind("127.0.0.1:0")?;
+        let served_at = served.addrs()[0];
+        actix_web::rt::spawn(served.run());
+        let plain = HttpServer::new(|| App::new().route("/infer", web::post().to(bare)))
+            .workers(1)
+            .disable_signals()
+            .bind("127.0.0.1:0")?;
+        let plain_at = plain.addrs()[0];
+        actix_web::rt::spawn(plain.run());
+
+        let body = serde_json::to_vec(&json!({
+            "inputs": [{"name": "input", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]}]
+        }))?;
+        let clockwork_url = format!("http://{served_at}/v2/models/zero/infer");
+        let bare_url = format!("http://{plain_at}/infer");
+        // Warm up both (the first request loads the model).
+        drive(clockwork_url.clone(), body.clone(), 2, 1).await;
+        drive(bare_url.clone(), body.clone(), 2, 1).await;
+        println!("concurrency {concurrency}, {seconds} s each, one HTTP worker per server");
+        let (stats, wall) = drive(bare_url, body.clone(), concurrency, seconds).await;
+        let bare = summary("bare", stats, wall);
+        let (stats, wall) = drive(clockwork_url, body, concurrency, seconds).await;
+        let ours = summary("clockwork", stats, wall);
+        let (stats, wall) = direct(runtime.controller.clone(), concurrency, seconds).await;
+        let actors = summary("no HTTP", stats, wall);
+        println!(
+            "HTTP layer's share of clockwork's p50: {:.0} µs of {:.0} µs (the rest is the controller and executor)",
+            ours.0 - actors.0,
+            ours.0
+        );
+        println!(
+            "ratio clockwork/bare: p50 {:.2}x  p99 {:.2}x  throughput {:.2}x",
+            ours.0 / bare.0,
+            ours.1 / bare.1,
+            ours.2 / bare.2
+        );
+        runtime.shutdown().await;
+        anyhow::Ok(())
+    })
+}
