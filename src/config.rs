@@ -89,7 +89,7 @@ pub struct PolicyConfig {
     #[serde(with = "humantime_serde")]
     pub buffer: Duration,
     /// Horizon over which a queued request's demand for a device is counted when deciding
-    /// which model to load.
+    /// which model to load: a request needs its batch-1 time within this much device time.
     #[serde(with = "humantime_serde")]
     pub load_budget: Duration,
     /// Largest batch ever formed.
@@ -165,6 +165,9 @@ pub struct SimConfig {
     pub slowdown: Option<SlowdownConfig>,
     /// Probability that an action fails with a device error.
     pub failure_rate: f64,
+    /// Skip computing outputs: INFERs answer with no tensors. The simulator sets it,
+    /// since it never reads outputs and they would dominate its run time.
+    pub skip_outputs: bool,
 }
 
 /// A window of degraded speed.

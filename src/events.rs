@@ -44,6 +44,8 @@ pub struct ActionDone {
     pub model: ModelId,
     /// `load`, `unload` or `infer`.
     pub kind: &'static str,
+    /// Requests in the batch (0 for LOAD and UNLOAD).
+    pub batch: u32,
     /// Duration the controller planned with.
     pub expected: Nanos,
     /// What the executor measured, if the action ran.

@@ -4,7 +4,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use std::time::Duration;
+
 use clockwork::config::Config;
+use clockwork::simulate::SimulateArgs;
+use clockwork::time::nanos;
+use clockwork::workload::{WorkloadKind, WorkloadParams};
 use tracing_subscriber::EnvFilter;
 
 /// A model-serving runtime with predictable latency.
@@ -26,6 +31,115 @@ enum Command {
         #[arg(long)]
         listen: Option<String>,
     },
+    /// Replay a workload through the real actors on emulated devices, in virtual time, for
+    /// each policy, and write a report (report.json, report.md, SVG plots).
+    Simulate(Box<SimulateCli>),
+    /// Send a workload to a running server over HTTP and write the same report as
+    /// `simulate`, with client-side latencies.
+    Loadgen(Box<LoadgenCli>),
+}
+
+/// Flags of `clockwork loadgen`.
+#[derive(clap::Args)]
+struct LoadgenCli {
+    /// Base URL of the server.
+    #[arg(long, default_value = "http://127.0.0.1:8000")]
+    url: String,
+    /// poisson, fixed, closed, bursty, ramp, maf-synth, or maf:DIR.
+    #[arg(long, default_value = "poisson")]
+    workload: WorkloadKind,
+    /// Mean offered rate, requests per second (open-loop kinds).
+    #[arg(long, default_value_t = 100.0)]
+    rate: f64,
+    /// Length of the run, e.g. 30s, 10m.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Closed loop: number of clients.
+    #[arg(long, default_value_t = 8)]
+    clients: u32,
+    /// Closed loop: wait between an answer and the client's next request, milliseconds.
+    #[arg(long, default_value_t = 0.0)]
+    think_ms: f64,
+    /// Latency objective put on requests by the ramp workload, milliseconds (others use
+    /// the server's).
+    #[arg(long, default_value_t = 100.0)]
+    slo_ms: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Zipf exponent of model popularity (0 = uniform).
+    #[arg(long, default_value_t = 1.0)]
+    popularity: f64,
+    /// Client-side timeout of one request.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    /// Output directory of the report.
+    #[arg(long, default_value = "loadgen-out")]
+    out: PathBuf,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// Flags of `clockwork simulate`.
+#[derive(clap::Args)]
+struct SimulateCli {
+    /// poisson, fixed, closed, bursty, ramp, maf-synth, or maf:DIR (Azure Functions trace files).
+    #[arg(long, default_value = "poisson")]
+    workload: WorkloadKind,
+    /// Number of models (copies of the model profile).
+    #[arg(long, default_value_t = 100)]
+    models: u32,
+    /// Number of emulated devices.
+    #[arg(long, default_value_t = 2)]
+    devices: u32,
+    /// Built-in device profile.
+    #[arg(long, default_value = "v100")]
+    device_profile: String,
+    /// Overrides the device profile's weight pages.
+    #[arg(long)]
+    pages: Option<u32>,
+    /// Built-in model profile.
+    #[arg(long, default_value = "resnet50")]
+    model_profile: String,
+    /// Mean offered rate, requests per simulated second (trace kinds: 0 replays as is).
+    #[arg(long, default_value_t = 1000.0)]
+    rate: f64,
+    /// Simulated duration, e.g. 30s, 10m.
+    #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Latency objective of every request, milliseconds.
+    #[arg(long, default_value_t = 100.0)]
+    slo_ms: f64,
+    /// Policies to compare, comma separated: clockwork, clockwork-nodrop, reactive.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "clockwork,clockwork-nodrop,reactive"
+    )]
+    policy: Vec<String>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Output directory of the report.
+    #[arg(long, default_value = "sim-out")]
+    out: PathBuf,
+    /// Zipf exponent of model popularity (0 = uniform).
+    #[arg(long, default_value_t = 1.0)]
+    popularity: f64,
+    /// Trace minutes played per simulated minute (maf kinds).
+    #[arg(long, default_value_t = 1.0)]
+    time_compression: f64,
+    /// Closed loop: number of clients.
+    #[arg(long, default_value_t = 16)]
+    clients: u32,
+    /// Closed loop: think time between an answer and the next request, milliseconds.
+    #[arg(long, default_value_t = 0.0)]
+    think_ms: f64,
+    /// Relative spread of emulated execution times (0 = exact).
+    #[arg(long, default_value_t = 0.0)]
+    noise_cv: f64,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
 }
 
 fn main() -> ExitCode {
@@ -38,6 +152,8 @@ fn main() -> ExitCode {
         .init();
     let result = match Cli::parse().command {
         Command::Serve { config, listen } => serve(config, listen),
+        Command::Simulate(cli) => simulate(*cli),
+        Command::Loadgen(cli) => loadgen(*cli),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -54,4 +170,64 @@ fn serve(path: PathBuf, listen: Option<String>) -> anyhow::Result<()> {
         config.server.listen = listen;
     }
     actix_web::rt::System::new().block_on(clockwork::serve::run(config))
+}
+
+fn simulate(cli: SimulateCli) -> anyhow::Result<()> {
+    let ms = |v: f64| (v * 1e6).round() as u64;
+    let params = WorkloadParams {
+        models: cli.models,
+        rate: cli.rate,
+        duration: nanos(cli.duration),
+        slo: ms(cli.slo_ms),
+        seed: cli.seed,
+        popularity: cli.popularity,
+        time_compression: cli.time_compression,
+        ..WorkloadParams::default()
+    };
+    let args = SimulateArgs {
+        workload: cli.workload,
+        params,
+        devices: cli.devices,
+        device_profile: cli.device_profile,
+        pages: cli.pages,
+        model_profile: cli.model_profile,
+        noise_cv: cli.noise_cv,
+        policies: cli.policy,
+        clients: cli.clients,
+        think: ms(cli.think_ms),
+        out: cli.out,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        progress: !cli.quiet,
+    };
+    let report = clockwork::simulate::run(&args)?;
+    print!("{}", clockwork::report::markdown(&report));
+    eprintln!("report written to {}", args.out.display());
+    Ok(())
+}
+
+fn loadgen(cli: LoadgenCli) -> anyhow::Result<()> {
+    let ms = |v: f64| nanos(Duration::from_secs_f64(v.max(0.0) / 1e3));
+    let params = WorkloadParams {
+        rate: cli.rate,
+        duration: nanos(cli.duration),
+        slo: ms(cli.slo_ms),
+        seed: cli.seed,
+        popularity: cli.popularity,
+        ..WorkloadParams::default()
+    };
+    let args = clockwork::loadgen::LoadgenArgs {
+        url: cli.url,
+        workload: cli.workload,
+        params,
+        clients: cli.clients,
+        think: ms(cli.think_ms),
+        timeout: cli.timeout,
+        out: cli.out.clone(),
+        progress: !cli.quiet,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    let report = actix_web::rt::System::new().block_on(clockwork::loadgen::run(args))?;
+    println!("{}", clockwork::report::markdown(&report));
+    eprintln!("report written to {}", cli.out.display());
+    Ok(())
 }

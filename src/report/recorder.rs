@@ -1,0 +1,294 @@
+//! Turning a stream of answers and actions into a [`PolicyReport`].
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+
+use super::{ms, LatencyMs, PolicyReport, PredictionErrorMs, TimePoint, TimelineSpan};
+use crate::events::ActionDone;
+use crate::time::Nanos;
+
+/// How a request was answered, as a report counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answered {
+    /// A result; `late` if after its deadline.
+    Ok { late: bool },
+    /// A refusal or error, by its stable kind label.
+    NotOk(&'static str),
+}
+
+/// Accumulates one run of one policy.
+pub struct Recorder {
+    /// Width of a goodput-over-time bucket.
+    bucket: Nanos,
+    /// Window of the timeline excerpt: [from, until).
+    timeline_window: (Nanos, Nanos),
+    offered: Vec<u64>,
+    in_slo: Vec<u64>,
+    ok_in_slo: u64,
+    late: u64,
+    not_ok: BTreeMap<&'static str, u64>,
+    /// Latency of successful answers in microseconds.
+    latency_us: Histogram<u64>,
+    /// Measured minus planned duration of INFERs, nanoseconds.
+    prediction_error: Vec<i64>,
+    batches: u64,
+    batched: u64,
+    loads: u64,
+    unloads: u64,
+    timeline: Vec<TimelineSpan>,
+    /// Execution time per device.
+    busy: Vec<Nanos>,
+    duration: Nanos,
+}
+
+impl Recorder {
+    /// A recorder for a run of `duration`, with `buckets` goodput buckets and a timeline
+    /// excerpt of `window` starting in the middle of the run.
+    pub fn new(duration: Nanos, buckets: u64, window: Nanos) -> Self {
+        let middle = duration / 2;
+        Self {
+            bucket: (duration / buckets.max(1)).max(1),
+            timeline_window: (middle, middle + window),
+            offered: Vec::new(),
+            in_slo: Vec::new(),
+            ok_in_slo: 0,
+            late: 0,
+            not_ok: BTreeMap::new(),
+            // 1 us to an hour at 3 significant digits; longer latencies saturate.
+            latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3)
+                .unwrap_or_else(|_| unreachable!("constant, valid bounds")),
+            prediction_error: Vec::new(),
+            batches: 0,
+            batched: 0,
+            loads: 0,
+            unloads: 0,
+            timeline: Vec::new(),
+            busy: Vec::new(),
+            duration,
+        }
+    }
+
+    fn slot(counts: &mut Vec<u64>, index: usize) -> &mut u64 {
+        if counts.len() <= index {
+            counts.resize(index + 1, 0);
+        }
+        &mut counts[index]
+    }
+
+    /// A request was sent at `arrival`.
+    pub fn offered(&mut self, arrival: Nanos) {
+        let index = (arrival / self.bucket) as usize;
+        *Self::slot(&mut self.offered, index) += 1;
+    }
+
+    /// The request that arrived at `arrival` was answered at `answered`.
+    pub fn answered(&mut self, arrival: Nanos, answered: Nanos, how: Answered) {
+        match how {
+            Answered::Ok { late } => {
+                let latency = answered.saturating_sub(arrival) / 1_000;
+                self.latency_us.saturating_record(latency.max(1));
+                if late {
+                    self.late += 1;
+                } else {
+                    self.ok_in_slo += 1;
+                    let index = (arrival / self.bucket) as usize;
+                    *Self::slot(&mut self.in_slo, index) += 1;
+                }
+            }
+            Answered::NotOk(kind) => *self.not_ok.entry(kind).or_default() += 1,
+        }
+    }
+
+    /// An executor reported an action.
+    pub fn action(&mut self, done: &ActionDone) {
+        let batch = done.batch;
+        let Some(measured) = done.measured else {
+            return;
+        };
+        match done.kind {
+            "infer" => {
+                self.batches += 1;
+                self.batched += u64::from(batch);
+                let error = measured.duration as i64 - done.expected as i64;
+                self.prediction_error.push(error);
+                *Self::slot(&mut self.busy, done.device.0 as usize) += measured.duration;
+            }
+            "load" => self.loads += 1,
+            "unload" => self.unloads += 1,
+            _ => {}
+        }
+        let (from, until) = self.timeline_window;
+        if done.kind != "unload" && measured.end > from && measured.begin < until {
+            self.timeline.push(TimelineSpan {
+                device: done.device.0,
+                kind: done.kind,
+                begin_ms: ms(measured.begin.max(from) - from),
+                end_ms: ms(measured.end.min(until) - from),
+                batch,
+            });
+        }
+    }
+
+    /// The report of this run, handled in `wall_s` seconds of wall-clock time.
+    pub fn finish(self, policy: &str, wall_s: f64) -> PolicyReport {
+        let offered: u64 = self.offered.iter().sum();
+        let refused: BTreeMap<String, u64> = self
+            .not_ok
+            .iter()
+            .filter(|(kind, _)| !matches!(**kind, "execution_failed" | "bad_input"))
+            .map(|(k, v)| ((*k).to_owned(), *v))
+            .collect();
+        let failed = self
+            .not_ok
+            .iter()
+            .filter(|(k, _)| !refused.contains_key(**k))
+            .map(|(_, v)| v)
+            .sum();
+        PolicyReport {
+            policy: policy.to_owned(),
+            offered,
+            ok_in_slo: self.ok_in_slo,
+            late: self.late,
+            refused,
+            failed,
+            goodput: ratio(self.ok_in_slo, offered),
+            latency_ms: self.latency(),
+            cold_loads: self.loads,
+            evictions: self.unloads,
+            mean_batch: ratio(self.batched, self.batches),
+            device_busy: self
+                .busy
+                .iter()
+                .map(|&b| b as f64 / self.duration.max(1) as f64)
+                .collect(),
+            prediction_error_ms: self.prediction_error(),
+            sim_requests_per_wall_s: offered as f64 / wall_s.max(1e-9),
+            wall_s,
+            goodput_over_time: self.goodput_over_time(),
+            latency_cdf: self.cdf(),
+            timeline: self.timeline,
+        }
+    }
+
+    fn latency(&self) -> LatencyMs {
+        let h = &self.latency_us;
+        if h.is_empty() {
+            return LatencyMs::default();
+        }
+        let at = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
+        LatencyMs {
+            p50: at(0.5),
+            p99: at(0.99),
+            p999: at(0.999),
+            p9999: at(0.9999),
+            max: h.max() as f64 / 1e3,
+        }
+    }
+
+    fn prediction_error(&self) -> PredictionErrorMs {
+        let mut errors = self.prediction_error.clone();
+        if errors.is_empty() {
+            return PredictionErrorMs::default();
+        }
+        errors.sort_unstable();
+        let at = |q: f64| errors[((errors.len() - 1) as f64 * q).round() as usize] as f64 / 1e6;
+        PredictionErrorMs {
+            p1: at(0.01),
+            p50: at(0.5),
+            p99: at(0.99),
+            p999: at(0.999),
+            max: at(1.0),
+        }
+    }
+
+    fn goodput_over_time(&self) -> Vec<TimePoint> {
+        self.offered
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(i, &n)| TimePoint {
+                t_s: (i as u64 * self.bucket) as f64 / 1e9,
+                value: ratio(self.in_slo.get(i).copied().unwrap_or(0), n),
+            })
+            .collect()
+    }
+
+    fn cdf(&self) -> Vec<(f64, f64)> {
+        let h = &self.latency_us;
+        if h.is_empty() {
+            return Vec::new();
+        }
+        (0..=200)
+            .map(|i| {
+                // Denser towards the tail, where predictability shows.
+                let q = 1.0 - 10f64.powf(-(i as f64) / 40.0);
+                (h.value_at_quantile(q) as f64 / 1e3, q)
+            })
+            .collect()
+    }
+}
+
+fn ratio(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ActionId, DeviceId, ModelId};
+    use crate::scheduler::Measured;
+    use crate::time::MS;
+
+    #[test]
+    fn counts_and_percentiles() {
+        let mut r = Recorder::new(10_000 * MS, 10, 100 * MS);
+        for i in 0..100u64 {
+            r.offered(i * 100 * MS);
+            let how = match i {
+                0..=89 => Answered::Ok { late: false },
+                90..=94 => Answered::Ok { late: true },
+                _ => Answered::NotOk("timed_out"),
+            };
+            r.answered(i * 100 * MS, i * 100 * MS + (i + 1) * MS, how);
+        }
+        let done = ActionDone {
+            action: ActionId(1),
+            device: DeviceId(0),
+            model: ModelId(0),
+            kind: "infer",
+            batch: 4,
+            expected: 2 * MS,
+            measured: Some(Measured {
+                begin: 5_000 * MS,
+                end: 5_003 * MS,
+                duration: 3 * MS,
+            }),
+            error: None,
+        };
+        r.action(&done);
+        let report = r.finish("clockwork", 2.0);
+        assert_eq!(
+            (report.offered, report.ok_in_slo, report.late),
+            (100, 90, 5)
+        );
+        assert_eq!(report.refused.get("timed_out"), Some(&5));
+        assert!((report.goodput - 0.9).abs() < 1e-9);
+        assert!((report.latency_ms.max - 95.0).abs() < 0.1);
+        assert!(
+            (report.latency_ms.p50 - 48.0).abs() < 0.1,
+            "{:?}",
+            report.latency_ms
+        );
+        assert_eq!(report.mean_batch, 4.0);
+        assert!((report.prediction_error_ms.p50 - 1.0).abs() < 1e-9);
+        assert_eq!(report.timeline.len(), 1);
+        assert_eq!(report.goodput_over_time.len(), 10);
+        assert_eq!(report.goodput_over_time[0].value, 1.0);
+        assert!((report.sim_requests_per_wall_s - 50.0).abs() < 1e-9);
+    }
+}

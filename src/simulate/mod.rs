@@ -1,0 +1,171 @@
+//! `clockwork simulate`: the real controller, executors and model cache on emulated
+//! devices, in virtual time, fed a workload; one run per policy on the same arrivals.
+//!
+//! Each policy gets a fresh actor system on a paused tokio clock, so a 30-minute run takes
+//! seconds and the same seed and flags give the same numbers. The driver sends every
+//! arrival as a real `Infer` message and records its one answer; a subscriber to the
+//! controller's events records the actions. The report goes to `--out`.
+
+mod driver;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use crate::actors::StartError;
+use crate::config::{BackendKind, Config, DeviceGroupConfig, ModelConfig, SimConfig};
+use crate::gpu::profiles;
+use crate::report::{self, PolicyReport, Report, ReportError};
+use crate::scheduler::{UnknownPolicy, POLICIES};
+use crate::time::Nanos;
+use crate::workload::{WorkloadError, WorkloadKind, WorkloadParams};
+
+/// Everything a simulation run is told.
+#[derive(Clone, Debug)]
+pub struct SimulateArgs {
+    pub workload: WorkloadKind,
+    /// Workload parameters (models, rate, duration, SLO, seed, ...).
+    pub params: WorkloadParams,
+    /// Emulated devices.
+    pub devices: u32,
+    /// Built-in device profile of every device.
+    pub device_profile: String,
+    /// Overrides the device profile's page count.
+    pub pages: Option<u32>,
+    /// Built-in model profile of every model.
+    pub model_profile: String,
+    /// Relative spread of emulated durations (0 = exact).
+    pub noise_cv: f64,
+    /// Policies to run, each on the same arrivals.
+    pub policies: Vec<String>,
+    /// Closed loop: number of clients and think time.
+    pub clients: u32,
+    pub think: Nanos,
+    pub out: PathBuf,
+    /// The command line, for the report.
+    pub command: String,
+    /// Show a progress bar on stderr (only drawn on a terminal).
+    pub progress: bool,
+}
+
+/// Why a simulation could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulateError {
+    #[error(transparent)]
+    Workload(#[from] WorkloadError),
+    #[error(transparent)]
+    Policy(#[from] UnknownPolicy),
+    #[error("cannot start the actors: {0}")]
+    Start(#[from] StartError),
+    #[error(transparent)]
+    Report(#[from] ReportError),
+    #[error("--{0}: {1}")]
+    BadArgument(&'static str, String),
+    #[error("cannot build the virtual-time runtime: {0}")]
+    Runtime(#[from] std::io::Error),
+    #[error("the event subscriber fell behind by {0} events; the report would be wrong")]
+    EventsLost(u64),
+}
+
+impl SimulateArgs {
+    fn check(&self) -> Result<(), SimulateError> {
+        let bad = |flag, why: String| Err(SimulateError::BadArgument(flag, why));
+        if self.devices == 0 {
+            return bad("devices", "must be at least 1".into());
+        }
+        if profiles::device(&self.device_profile).is_none() {
+            let known = profiles::DEVICES.join(", ");
+            return bad(
+                "device-profile",
+                format!("'{}' is not one of {known}", self.device_profile),
+            );
+        }
+        if profiles::model(&self.model_profile, "m", 1).is_none() {
+            let known = profiles::MODELS.join(", ");
+            return bad(
+                "model-profile",
+                format!("'{}' is not one of {known}", self.model_profile),
+            );
+        }
+        if self.policies.is_empty() {
+            return bad(
+                "policy",
+                format!("name at least one of {}", POLICIES.join(", ")),
+            );
+        }
+        if let Some(p) = self
+            .policies
+            .iter()
+            .find(|p| !POLICIES.contains(&p.as_str()))
+        {
+            return Err(UnknownPolicy(p.clone()).into());
+        }
+        if self.workload == WorkloadKind::Closed && self.clients == 0 {
+            return bad("clients", "the closed loop needs at least 1 client".into());
+        }
+        if !(0.0..10.0).contains(&self.noise_cv) {
+            return bad("noise-cv", "must be within 0..10".into());
+        }
+        Ok(())
+    }
+
+    /// The runtime configuration of one policy's run.
+    fn config(&self, policy: &str) -> Config {
+        let mut config = Config::default();
+        config.policy.name = policy.to_owned();
+        config.policy.default_slo = std::time::Duration::from_nanos(self.params.slo);
+        config.devices.push(DeviceGroupConfig {
+            backend: BackendKind::Sim,
+            profile: self.device_profile.clone(),
+            count: self.devices,
+            pages: self.pages,
+            sim: SimConfig {
+                seed: self.params.seed,
+                noise_cv: self.noise_cv,
+                skip_outputs: true,
+                ..SimConfig::default()
+            },
+        });
+        config.models.push(ModelConfig {
+            name: "m".into(),
+            profile: self.model_profile.clone(),
+            copies: self.params.models,
+            slo: Some(std::time::Duration::from_nanos(self.params.slo)),
+        });
+        config
+    }
+
+    fn setup(&self) -> BTreeMap<String, String> {
+        let p = &self.params;
+        let mut setup = BTreeMap::new();
+        let mut put = |k: &str, v: String| setup.insert(k.to_owned(), v);
+        put("workload", self.workload.to_string());
+        put("models", format!("{} x {}", p.models, self.model_profile));
+        put(
+            "devices",
+            format!("{} x {}", self.devices, self.device_profile),
+        );
+        put("rate (req/s)", format!("{}", p.rate));
+        put("duration (s)", format!("{}", p.duration as f64 / 1e9));
+        put("slo (ms)", format!("{}", p.slo as f64 / 1e6));
+        put("seed", p.seed.to_string());
+        put("noise cv", self.noise_cv.to_string());
+        setup
+    }
+}
+
+/// Runs every policy on the workload and writes the report into `args.out`.
+pub fn run(args: &SimulateArgs) -> Result<Report, SimulateError> {
+    args.check()?;
+    let mut policies: Vec<PolicyReport> = Vec::new();
+    for policy in &args.policies {
+        let config = args.config(policy);
+        policies.push(driver::run_policy(args, policy, &config)?);
+    }
+    let report = Report {
+        command: args.command.clone(),
+        setup: args.setup(),
+        policies,
+    };
+    report::write_all(&args.out, &report)?;
+    Ok(report)
+}
