@@ -73,6 +73,9 @@ pub struct PolicyReport {
     pub goodput: f64,
     pub latency_ms: LatencyMs,
     pub cold_loads: u64,
+    /// Actions executors did not complete, by error (a refusal as too late means the
+    /// controller's timeline was wrong).
+    pub action_errors: BTreeMap<String, u64>,
     pub evictions: u64,
     pub mean_batch: f64,
     /// Fraction of the run each device's exec lane spent executing.

@@ -37,6 +37,7 @@ pub struct Recorder {
     loads: u64,
     unloads: u64,
     timeline: Vec<TimelineSpan>,
+    action_errors: BTreeMap<String, u64>,
     /// Execution time per device.
     busy: Vec<Nanos>,
     duration: Nanos,
@@ -64,6 +65,7 @@ impl Recorder {
             loads: 0,
             unloads: 0,
             timeline: Vec::new(),
+            action_errors: BTreeMap::new(),
             busy: Vec::new(),
             duration,
         }
@@ -104,6 +106,8 @@ impl Recorder {
     pub fn action(&mut self, done: &ActionDone) {
         let batch = done.batch;
         let Some(measured) = done.measured else {
+            let error = done.error.clone().unwrap_or_default();
+            *self.action_errors.entry(error).or_default() += 1;
             return;
         };
         match done.kind {
@@ -155,6 +159,7 @@ impl Recorder {
             goodput: ratio(self.ok_in_slo, offered),
             latency_ms: self.latency(),
             cold_loads: self.loads,
+            action_errors: self.action_errors.clone(),
             evictions: self.unloads,
             mean_batch: ratio(self.batched, self.batches),
             device_busy: self

@@ -45,12 +45,13 @@ impl ClockworkPolicy {
             }
         }
         self.rerank(model);
+        self.rearm_expiry(model);
     }
 
     /// Refuses requests that waited until no device could finish them in time.
     ///
-    /// Each waiting model has one armed expiry, for its front request; entries that were
-    /// superseded by an earlier one are skipped.
+    /// Each waiting model has one armed expiry, for its front request; superseded entries
+    /// are skipped.
     pub(super) fn expire(&mut self, now: Nanos, plan: &mut Plan) {
         while let Some(&Reverse((at, model))) = self.expiries.peek() {
             if at > now {
@@ -67,16 +68,25 @@ impl ClockworkPolicy {
             while m.queue.front().is_some_and(|q| now + single > q.deadline) {
                 expired.extend(m.queue.pop_front());
             }
-            if let Some(front) = m.queue.front() {
-                // The front may have been batched since this was armed: arm for the new one.
-                let at = expiry(front.deadline, single);
-                m.expiry = Some(at);
+            self.queued -= expired.len();
+            Self::answer(plan, expired, Verdict::Refused(Refusal::TimedOut));
+            // Re-arms for the new front (or the same one, if estimates moved).
+            self.queue_changed(model, None);
+        }
+    }
+
+    /// Keeps the model's armed expiry on its current front request.
+    fn rearm_expiry(&mut self, model: ModelId) {
+        if !self.params.early_drop {
+            return;
+        }
+        let single = self.best_single(model);
+        let m = &mut self.models[model.0 as usize];
+        let armed = m.queue.front().map(|q| expiry(q.deadline, single));
+        if armed != m.expiry {
+            m.expiry = armed;
+            if let Some(at) = armed {
                 self.expiries.push(Reverse((at, model)));
-            }
-            if !expired.is_empty() {
-                self.queued -= expired.len();
-                Self::answer(plan, expired, Verdict::Refused(Refusal::TimedOut));
-                self.queue_changed(model, None);
             }
         }
     }

@@ -199,13 +199,7 @@ impl ClockworkPolicy {
     }
 
     fn enqueue(&mut self, model: ModelId, item: Queued) {
-        let expires = infer::expiry(item.deadline, self.best_single(model));
-        let m = &mut self.models[model.0 as usize];
-        if self.params.early_drop && m.expiry.is_none_or(|armed| expires < armed) {
-            m.expiry = Some(expires);
-            self.expiries.push(Reverse((expires, model)));
-        }
-        m.queue.push(item);
+        self.models[model.0 as usize].queue.push(item);
         self.queued += 1;
         self.queue_changed(model, None);
     }
@@ -364,23 +358,8 @@ impl Policy for ClockworkPolicy {
 
     fn schedule(&mut self, now: Nanos, plan: &mut Plan) {
         self.expire(now, plan);
-        for d in 0..self.devices.len() {
-            self.schedule_infers(DeviceId(d as u32), now, plan);
-        }
-        if !self.load_ranking.is_empty() {
-            // The least busy device picks first, so hot models spread over devices.
-            let lanes = self.params.lanes;
-            let mut order: Vec<(Nanos, usize)> = self
-                .devices
-                .iter()
-                .enumerate()
-                .map(|(d, dev)| (dev.exec.free_at(now, lanes), d))
-                .collect();
-            order.sort_unstable();
-            for (_, d) in order {
-                self.schedule_load(DeviceId(d as u32), now, plan);
-            }
-        }
+        self.schedule_devices(now, plan);
+        self.prune_expiries();
     }
 
     fn next_wakeup(&self, now: Nanos) -> Option<Nanos> {
@@ -429,6 +408,41 @@ impl Policy for ClockworkPolicy {
 }
 
 impl ClockworkPolicy {
+    /// Fills exec lanes, then load lanes.
+    fn schedule_devices(&mut self, now: Nanos, plan: &mut Plan) {
+        for d in 0..self.devices.len() {
+            self.schedule_infers(DeviceId(d as u32), now, plan);
+        }
+        if !self.load_ranking.is_empty() {
+            // The least busy device picks first, so hot models spread over devices.
+            let (lanes, horizon) = (self.params.lanes, now + self.params.schedule_ahead);
+            let mut order: Vec<(Nanos, usize)> = self
+                .devices
+                .iter()
+                .enumerate()
+                .filter(|(_, dev)| {
+                    now >= dev.load_retry_at && dev.load.free_at(now, lanes) < horizon
+                })
+                .map(|(d, dev)| (dev.exec.free_at(now, lanes), d))
+                .collect();
+            order.sort_unstable();
+            for (_, d) in order {
+                self.schedule_load(DeviceId(d as u32), now, plan);
+            }
+        }
+    }
+
+    /// Drops superseded entries from the top of the expiry queue, so that the next
+    /// wake-up is a real expiry and not a stale one.
+    fn prune_expiries(&mut self) {
+        while let Some(&Reverse((at, model))) = self.expiries.peek() {
+            if self.models[model.0 as usize].expiry == Some(at) {
+                return;
+            }
+            self.expiries.pop();
+        }
+    }
+
     /// Records a planned action and hands it to the plan.
     fn send(&mut self, plan: &mut Plan, action: Action, work: Work) {
         let flight = InFlight {
