@@ -1,5 +1,7 @@
 //! Demand-driven weight loading and eviction.
 
+use std::cmp::Reverse;
+
 use super::{ClockworkPolicy, InFlight, Work, DEVICE, UNLOAD_ESTIMATE};
 use crate::model::{DeviceId, ModelId};
 use crate::scheduler::{ActionError, ActionKind, Measured, Plan};
@@ -23,7 +25,8 @@ impl ClockworkPolicy {
     pub(super) fn rerank(&mut self, model: ModelId) {
         let unserved = self.unserved(model);
         let m = &mut self.models[model.0 as usize];
-        let rank = (unserved > 0).then_some(unserved);
+        let front = m.queue.front().map_or(0, |q| q.deadline);
+        let rank = (unserved > 0).then_some((unserved, Reverse(front)));
         if rank == m.rank {
             return;
         }

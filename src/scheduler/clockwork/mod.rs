@@ -34,6 +34,10 @@ use crate::time::{nanos, Nanos};
 /// Demand is counted in parts per million of one device.
 const DEVICE: u64 = 1_000_000;
 
+/// Place in the load ranking: more unserved demand first, then the earlier front
+/// deadline (so equal cold models are loaded in the order their requests came, not by id).
+type RankKey = (u64, Reverse<Nanos>);
+
 /// Planned duration of an UNLOAD: bookkeeping only.
 const UNLOAD_ESTIMATE: Nanos = 10_000;
 
@@ -90,7 +94,7 @@ struct ModelState {
     /// Priority last pushed to the devices' strategy queues.
     priority: Option<Nanos>,
     /// Key under which it sits in the load ranking.
-    rank: Option<u64>,
+    rank: Option<RankKey>,
     /// The armed entry in the expiry queue, for its front request.
     expiry: Option<Nanos>,
 }
@@ -121,7 +125,7 @@ pub struct ClockworkPolicy {
     /// per waiting model, plus superseded ones that are skipped.
     expiries: BinaryHeap<Reverse<(Nanos, ModelId)>>,
     /// Models with unserved load demand, by that demand.
-    load_ranking: BTreeSet<(u64, ModelId)>,
+    load_ranking: BTreeSet<(RankKey, ModelId)>,
     queued: usize,
 }
 

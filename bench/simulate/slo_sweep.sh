@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# SLO sweep after the Clockwork paper: 6 emulated V100s, 12 and 48 ResNet50 models, Poisson
+# arrivals at a fixed rate, SLO from 1x to 100x the batch-1 latency (2.73 ms).
+# Usage: bench/simulate/slo_sweep.sh [RATE] [DURATION]
+source "$(dirname "$0")/common.sh"
+RATE="${1:-1200}"
+DURATION="${2:-1m}"
+runs=()
+for models in 12 48; do
+  for factor in 1 2 3 4 5 7 10 20 50 100; do
+    slo=$(python3 -c "print(round(2.73 * $factor, 2))")
+    dir="$OUT/slo-$models-$factor"
+    simulate --workload poisson --models "$models" --devices 6 --rate "$RATE" --duration "$DURATION" \
+      --slo-ms "$slo" --policy clockwork,reactive --seed 1 --out "$dir"
+    runs+=("$models models, SLO ${factor}x ($slo ms)=$dir")
+  done
+done
+summarize "${runs[@]}"
