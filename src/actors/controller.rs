@@ -14,11 +14,12 @@ use tokio::sync::oneshot;
 
 use super::messages::{
     ActionReport, ControllerSnapshot, Drain, Execute, Infer, InferError, InferResult, Inferred,
-    RequestTiming, SnapshotController,
+    RequestTiming, SnapshotController, Submit,
 };
 use crate::events::{self, Event, EventBus};
 use crate::gpu::BatchOutputs;
 use crate::model::{ActionId, DeviceId, ModelId, ModelSpec, RequestId};
+use crate::scheduler::ids::IdMap;
 use crate::scheduler::{
     Action, ActionKind, Answer, Outcome, Plan, Policy, Refusal, Request, Verdict,
 };
@@ -58,13 +59,13 @@ pub struct ControllerParts {
 pub struct Controller {
     parts: ControllerParts,
     by_name: HashMap<String, ModelId>,
-    pending: HashMap<RequestId, Pending>,
-    sent: HashMap<ActionId, Sent>,
+    pending: IdMap<RequestId, Pending>,
+    sent: IdMap<ActionId, Sent>,
     next_request: u64,
     /// Reused buffer for the policy's decisions.
     plan: Plan,
     /// Outputs of a batch just reported, until the policy's answers claim them.
-    outputs: HashMap<RequestId, (Vec<Tensor>, RequestTiming)>,
+    outputs: IdMap<RequestId, (Vec<Tensor>, RequestTiming)>,
     /// The armed wake-up: (when, timer).
     wakeup: Option<(Nanos, SpawnHandle)>,
     admitted: u64,
@@ -84,11 +85,11 @@ impl Controller {
         Self {
             parts,
             by_name,
-            pending: HashMap::new(),
-            sent: HashMap::new(),
+            pending: IdMap::default(),
+            sent: IdMap::default(),
             next_request: 0,
             plan: Plan::default(),
-            outputs: HashMap::new(),
+            outputs: IdMap::default(),
             wakeup: None,
             admitted: 0,
             answered: 0,
@@ -102,12 +103,8 @@ impl Controller {
     }
 
     /// Validates a request and hands it to the policy; answers at once what cannot wait.
-    fn admit(
-        &mut self,
-        infer: Infer,
-        reply: oneshot::Sender<InferResult>,
-        ctx: &mut Context<Self>,
-    ) {
+    fn admit(&mut self, infer: Submit, ctx: &mut Context<Self>) {
+        let reply = infer.reply;
         if self.draining {
             let _ = reply.send(Err(InferError::Refused(Refusal::ShuttingDown)));
             return;
@@ -127,7 +124,7 @@ impl Controller {
         let id = RequestId(self.next_request);
         let pending = Pending {
             model,
-            inputs: Arc::new(infer.inputs),
+            inputs: infer.inputs,
             arrival: now,
             slo,
             reply,
@@ -316,12 +313,26 @@ impl Handler<Infer> for Controller {
 
     fn handle(&mut self, infer: Infer, ctx: &mut Context<Self>) -> Self::Result {
         let (reply, answer) = oneshot::channel();
-        self.admit(infer, reply, ctx);
+        let submit = Submit {
+            model: infer.model,
+            inputs: Arc::new(infer.inputs),
+            slo: infer.slo,
+            reply,
+        };
+        self.admit(submit, ctx);
         Box::pin(async move {
             answer
                 .await
                 .unwrap_or(Err(InferError::Refused(Refusal::ShuttingDown)))
         })
+    }
+}
+
+impl Handler<Submit> for Controller {
+    type Result = ();
+
+    fn handle(&mut self, submit: Submit, ctx: &mut Context<Self>) {
+        self.admit(submit, ctx);
     }
 }
 

@@ -28,6 +28,19 @@ pub struct Infer {
     pub slo: Option<Nanos>,
 }
 
+/// An inference request that brings its own reply channel and shared inputs: the cheap
+/// way in for callers that send very many (the simulator). [`Infer`] is the convenient
+/// form of the same thing.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Submit {
+    pub model: String,
+    pub inputs: Arc<Vec<Tensor>>,
+    pub slo: Option<Nanos>,
+    /// Receives the one answer.
+    pub reply: tokio::sync::oneshot::Sender<InferResult>,
+}
+
 /// The one answer to an [`Infer`].
 pub type InferResult = Result<Inferred, InferError>;
 

@@ -2,13 +2,14 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::{SimulateArgs, SimulateError};
-use crate::actors::messages::Infer;
+use crate::actors::messages::Submit;
 use crate::actors::{Controller, RuntimeBuilder};
 use crate::config::Config;
 use crate::events::Event;
@@ -30,8 +31,8 @@ struct Sender {
     controller: actix::Addr<Controller>,
     /// Model names, by index.
     names: Rc<Vec<String>>,
-    /// One item of the model's inputs (shared bytes).
-    inputs: Rc<Vec<Tensor>>,
+    /// One item of the model's inputs, shared by every request.
+    inputs: Rc<Arc<Vec<Tensor>>>,
     default_slo: Nanos,
     recorder: Rc<RefCell<Recorder>>,
     /// Requests sent and not yet recorded.
@@ -45,12 +46,13 @@ impl Sender {
     fn request(&self, arrival: Arrival) -> impl std::future::Future<Output = ()> + 'static {
         self.recorder.borrow_mut().offered(arrival.at);
         self.outstanding.set(self.outstanding.get() + 1);
-        let infer = Infer {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.controller.do_send(Submit {
             model: self.names[arrival.model as usize].clone(),
-            inputs: self.inputs.as_ref().clone(),
+            inputs: Rc::clone(&self.inputs).as_ref().clone(),
             slo: Some(arrival.slo.unwrap_or(self.default_slo)),
-        };
-        let answer = self.controller.send(infer);
+            reply,
+        });
         let this = self.clone();
         async move {
             let how = match answer.await {
@@ -142,7 +144,7 @@ async fn simulate(
         clock,
         controller: runtime.controller.clone(),
         names: Rc::new(runtime.models.iter().map(|m| m.name.clone()).collect()),
-        inputs: Rc::new(inputs),
+        inputs: Rc::new(Arc::new(inputs)),
         default_slo: args.params.slo,
         recorder: Rc::clone(&recorder),
         outstanding: Rc::new(Cell::new(0)),

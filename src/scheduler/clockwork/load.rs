@@ -86,26 +86,22 @@ impl ClockworkPolicy {
             return Some(Vec::new());
         }
         let claim = self.unserved(model);
-        // Eviction order: no queued demand first, then least recently used; never a model
-        // with INFERs in flight or more demand than the newcomer's.
-        let mut evictable: Vec<((bool, Nanos), ModelId, u32)> = d
-            .residents
-            .iter()
-            .filter(|(_, r)| r.ready && r.infers_in_flight == 0)
-            .filter_map(|(&m, r)| {
-                let demand = self.models[m.0 as usize].queue.demand();
-                (demand < claim).then_some(((demand > 0, r.last_use), m, r.pages))
-            })
-            .collect();
         let mut free = d.free_pages();
         let mut victims = Vec::new();
-        // Usually one victim makes room: pick minima instead of sorting them all.
+        // Usually one victim makes room: find minima in place rather than collect and sort
+        // the whole device (this runs often under load).
         while free < needed {
-            let (at, _) = evictable
+            let (_, victim, pages) = d
+                .residents
                 .iter()
-                .enumerate()
-                .min_by_key(|(_, e)| (e.0, e.1))?;
-            let (_, victim, pages) = evictable.swap_remove(at);
+                .filter(|(m, r)| r.ready && r.infers_in_flight == 0 && !victims.contains(*m))
+                .filter_map(|(&m, r)| {
+                    // Eviction order: no queued demand first, then least recently used;
+                    // never a model with INFERs in flight or more demand than the newcomer.
+                    let demand = self.models[m.0 as usize].queue.demand();
+                    (demand < claim).then_some(((demand > 0, r.last_use, m), m, r.pages))
+                })
+                .min_by_key(|e| e.0)?;
             free += pages;
             victims.push(victim);
         }
