@@ -32,7 +32,7 @@ struct Sender {
     /// Model names, by index.
     names: Rc<Vec<String>>,
     /// One item of the model's inputs, shared by every request.
-    inputs: Rc<Arc<Vec<Tensor>>>,
+    inputs: Arc<Vec<Tensor>>,
     default_slo: Nanos,
     recorder: Rc<RefCell<Recorder>>,
     /// Requests sent and not yet recorded.
@@ -49,7 +49,7 @@ impl Sender {
         let (reply, answer) = tokio::sync::oneshot::channel();
         self.controller.do_send(Submit {
             model: self.names[arrival.model as usize].clone(),
-            inputs: Rc::clone(&self.inputs).as_ref().clone(),
+            inputs: Arc::clone(&self.inputs),
             slo: Some(arrival.slo.unwrap_or(self.default_slo)),
             reply,
         });
@@ -144,7 +144,7 @@ async fn simulate(
         clock,
         controller: runtime.controller.clone(),
         names: Rc::new(runtime.models.iter().map(|m| m.name.clone()).collect()),
-        inputs: Rc::new(Arc::new(inputs)),
+        inputs: Arc::new(inputs),
         default_slo: args.params.slo,
         recorder: Rc::clone(&recorder),
         outstanding: Rc::new(Cell::new(0)),
