@@ -60,9 +60,15 @@ impl ModelQueue {
         Some(item)
     }
 
-    /// Removes the `n` most urgent requests.
-    pub fn take(&mut self, n: usize) -> Vec<Queued> {
-        let taken: Vec<Queued> = self.items.drain(..n.min(self.items.len())).collect();
+    /// Number of requests whose deadline is before `time` (they are at the front).
+    pub fn count_before(&self, time: Nanos) -> usize {
+        self.items.partition_point(|q| q.deadline < time)
+    }
+
+    /// Removes `n` requests after the `skip` most urgent ones.
+    pub fn take_range(&mut self, skip: usize, n: usize) -> Vec<Queued> {
+        let end = (skip + n).min(self.items.len());
+        let taken: Vec<Queued> = self.items.drain(skip.min(end)..end).collect();
         self.demand -= taken.iter().map(|q| q.demand).sum::<u64>();
         taken
     }
@@ -88,16 +94,29 @@ mod tests {
             queue.push(q(id, deadline));
         }
         assert_eq!(queue.demand(), 40);
-        let ids: Vec<u64> = queue.take(4).iter().map(|q| q.id.0).collect();
+        let ids: Vec<u64> = queue.take_range(0, 4).iter().map(|q| q.id.0).collect();
         assert_eq!(ids, vec![2, 4, 1, 3]);
         assert_eq!(queue.demand(), 0);
+    }
+
+    #[test]
+    fn ranges_skip_the_most_urgent() {
+        let mut queue = ModelQueue::default();
+        for (id, deadline) in [(1, 10), (2, 20), (3, 30), (4, 40)] {
+            queue.push(q(id, deadline));
+        }
+        assert_eq!(queue.count_before(25), 2);
+        let ids: Vec<u64> = queue.take_range(1, 2).iter().map(|q| q.id.0).collect();
+        assert_eq!(ids, vec![2, 3]);
+        assert_eq!(queue.demand(), 20);
+        assert_eq!(queue.front().map(|q| q.id.0), Some(1));
     }
 
     #[test]
     fn take_is_bounded_by_length() {
         let mut queue = ModelQueue::default();
         queue.push(q(1, 5));
-        assert_eq!(queue.take(8).len(), 1);
+        assert_eq!(queue.take_range(0, 8).len(), 1);
         assert!(queue.pop_front().is_none());
     }
 }

@@ -139,24 +139,23 @@ impl ClockworkPolicy {
             hopeless,
             Verdict::Refused(Refusal::DeadlineUnreachable),
         );
-        let Some(front) = self.models[model.0 as usize].queue.front().copied() else {
+        if self.models[model.0 as usize].queue.front().is_none() {
             return;
-        };
-        let b = self.batch_index(model, kind, start, front.deadline);
+        }
+        let (b, skip) = self.choose_batch(model, kind, start);
         let m = &mut self.models[model.0 as usize];
-        let requests = m.queue.take(m.batches[b] as usize);
+        let requests = m.queue.take_range(skip, m.batches[b] as usize);
         self.queued -= requests.len();
         let expected = self.exec_estimate(model, kind, b);
         let p = self.params;
         // Leave the executor slack to start late, but not so late that it would finish
-        // past the front request's internal deadline.
+        // past the most urgent internal deadline of the batch.
         let slack = (now + p.lanes.expected_lag + p.schedule_ahead).max(start + p.schedule_ahead);
-        let latest = if p.early_drop {
-            slack
-                .min(front.deadline.saturating_sub(expected))
-                .max(start)
-        } else {
-            slack
+        let latest = match (p.early_drop, requests.first()) {
+            (true, Some(first)) => slack
+                .min(first.deadline.saturating_sub(expected))
+                .max(start),
+            _ => slack,
         };
         let ids = requests.iter().map(|q| q.id).collect();
         let action = self.action(
@@ -174,16 +173,39 @@ impl ClockworkPolicy {
         self.send(plan, action, Work::Infer { batch: b, requests });
     }
 
-    /// Index of the largest allowed batch the queue can fill that still finishes by the
-    /// front deadline and within the longest allowed execution. Index 0 (batch 1) always.
-    fn batch_index(&self, model: ModelId, kind: usize, start: Nanos, deadline: Nanos) -> usize {
+    /// The batch to run at `start`: (index into the allowed sizes, requests to skip at
+    /// the front).
+    ///
+    /// Goodput first: among allowed sizes within `max_exec_time`, the one that serves the
+    /// most requests per unit of device time in time, where a size may skip the few most
+    /// urgent requests that it would finish too late for (they stay queued for another
+    /// device or a smaller batch, or expire). At moderate load nothing needs skipping and
+    /// this is the largest batch the queue fills; under overload it keeps batches large
+    /// instead of collapsing to batch 1 for requests that are about to expire (SLOpt's
+    /// adaptive batch drop). Without early drop: the largest batch the queue fills.
+    fn choose_batch(&self, model: ModelId, kind: usize, start: Nanos) -> (usize, usize) {
         let m = &self.models[model.0 as usize];
-        let fits = |b: usize| {
+        let len = m.queue.len();
+        let mut best = (0, 0);
+        let mut best_rate = 0.0;
+        for (b, &size) in m.batches.iter().enumerate() {
             let est = self.exec_estimate(model, kind, b);
-            m.batches[b] as usize <= m.queue.len()
-                && est <= self.params.max_exec_time
-                && start + est <= deadline
-        };
-        (1..m.batches.len()).rev().find(|&b| fits(b)).unwrap_or(0)
+            if size as usize > len || (b > 0 && est > self.params.max_exec_time) {
+                break;
+            }
+            let skip = if self.params.early_drop {
+                m.queue.count_before(start + est)
+            } else {
+                0
+            };
+            if len - skip < size as usize {
+                continue;
+            }
+            let rate = f64::from(size) / est.max(1) as f64;
+            if b == 0 || rate >= best_rate {
+                (best, best_rate) = ((b, skip), rate);
+            }
+        }
+        best
     }
 }
