@@ -2,8 +2,8 @@
 //!
 //! - Each model has a FIFO queue. When a device's exec lane goes idle, it runs the model
 //!   whose oldest request has waited longest, with a batch no larger than the model's
-//!   adaptive limit (AIMD: +1 after a batch that met its objective, x0.75 after one that
-//!   did not).
+//!   adaptive limit (Clipper's AIMD: +1 after a batch whose processing time fit the
+//!   objective, -10% after one that did not).
 //! - A request for a model no device holds triggers a load on a miss, evicting the least
 //!   recently used models.
 //! - Nothing is planned ahead and nothing is refused: every request is served, however
@@ -225,11 +225,14 @@ impl ReactivePolicy {
         let m = &mut self.models[model.0 as usize];
         match outcome.result {
             Ok(measured) => {
-                let all_in_time = taken.iter().all(|w| measured.end <= w.2);
-                m.limit = if all_in_time {
+                // Clipper's AIMD looks at the batch's processing time against the
+                // objective (queueing is not the batch size's fault): +1 while it fits,
+                // -10% when it does not.
+                let objective = taken.iter().map(|w| w.2 - w.1).min().unwrap_or(0);
+                m.limit = if measured.duration <= objective {
                     m.limit + 1.0
                 } else {
-                    (m.limit * 0.75).max(1.0)
+                    (m.limit * 0.9).max(1.0)
                 };
                 m.limit = m.limit.min(f64::from(self.max_batch));
                 for (id, _, due) in taken {
@@ -333,13 +336,21 @@ impl Policy for ReactivePolicy {
 
     fn schedule(&mut self, now: Nanos, plan: &mut Plan) {
         for d in 0..self.devices.len() {
-            let device = DeviceId(d as u32);
             if !self.devices[d].exec_busy {
-                self.run_batch(device, now, plan);
+                self.run_batch(DeviceId(d as u32), now, plan);
             }
-            if !self.devices[d].load_busy && !self.misses.is_empty() {
-                self.load_missed(device, now, plan);
-            }
+        }
+        if self.misses.is_empty() {
+            return;
+        }
+        // A miss goes to the device holding the fewest models, to spread the load.
+        let mut order: Vec<(usize, usize)> = (0..self.devices.len())
+            .filter(|&d| !self.devices[d].load_busy)
+            .map(|d| (self.devices[d].residents.len(), d))
+            .collect();
+        order.sort_unstable();
+        for (_, d) in order {
+            self.load_missed(DeviceId(d as u32), now, plan);
         }
     }
 
