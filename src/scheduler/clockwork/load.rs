@@ -18,7 +18,7 @@ impl ClockworkPolicy {
     fn unserved(&self, model: ModelId) -> u64 {
         let m = &self.models[model.0 as usize];
         let replicas = m.ready_on.len() as u64 + u64::from(m.loading);
-        m.queue.demand().saturating_sub(replicas * DEVICE)
+        (m.queue.demand() + m.missed).saturating_sub(replicas * DEVICE)
     }
 
     /// Moves the model to its place in the load ranking.
@@ -61,7 +61,11 @@ impl ClockworkPolicy {
             .find(|&model| {
                 let m = &self.models[model.0 as usize];
                 let ready = start + m.load[kind].get() + self.exec_estimate(model, kind, 0);
-                let useful = !early_drop || m.queue.back().is_some_and(|q| ready <= q.deadline);
+                // A load helps if a queued request can still use it, or if requests were
+                // refused for want of it (objectives too tight to wait for any load).
+                let useful = !early_drop
+                    || m.missed > 0
+                    || m.queue.back().is_some_and(|q| ready <= q.deadline);
                 !d.residents.contains_key(&model) && m.pages <= d.capacity && useful
             });
         let victims = candidate.and_then(|model| Some((model, self.victims(device, model)?)));
@@ -138,6 +142,7 @@ impl ClockworkPolicy {
         let expected = m.load[kind].get();
         let pages = m.pages;
         m.loading += 1;
+        m.missed = 0;
         self.rerank(model);
         let p = self.params;
         let latest = (now + p.lanes.expected_lag + p.schedule_ahead).max(start + p.schedule_ahead);

@@ -97,6 +97,9 @@ struct ModelState {
     rank: Option<RankKey>,
     /// The armed entry in the expiry queue, for its front request.
     expiry: Option<Nanos>,
+    /// Demand of requests refused because nobody held the model and no load could finish
+    /// in time: it still asks for a load, for the requests that will follow.
+    missed: u64,
 }
 
 /// An action sent and not yet reported.
@@ -296,6 +299,7 @@ impl Policy for ClockworkPolicy {
             priority: None,
             rank: None,
             expiry: None,
+            missed: 0,
         });
         id
     }
@@ -324,8 +328,14 @@ impl Policy for ClockworkPolicy {
         let cold = model.ready_on.is_empty() && model.loading == 0;
         let load = model.load.iter().map(Estimator::get).min().unwrap_or(0);
         let hopeless = now + p.lanes.expected_lag + load + single > request.arrival + window;
+        // Device time it needs over the load budget; at least 1 so that a model that takes
+        // no time still counts as wanted.
+        let demand = (single.saturating_mul(DEVICE) / p.load_budget).max(1);
         if p.early_drop && cold && hopeless {
-            // Nobody holds the model and a load could not finish in time: say so now.
+            // Nobody holds the model and a load could not finish in time: say so now, and
+            // remember the miss so that the model gets loaded for the next requests.
+            self.models[request.model.0 as usize].missed += demand;
+            self.rerank(request.model);
             plan.answers.push(Answer {
                 request: request.id,
                 verdict: Verdict::Refused(Refusal::DeadlineUnreachable),
@@ -336,9 +346,7 @@ impl Policy for ClockworkPolicy {
             id: request.id,
             deadline: request.arrival.saturating_add(window),
             due: request.deadline(),
-            // Device time it needs over the load budget; at least 1 so that a model that
-            // takes no time still counts as wanted.
-            demand: (single.saturating_mul(DEVICE) / p.load_budget).max(1),
+            demand,
         };
         self.enqueue(request.model, item);
     }

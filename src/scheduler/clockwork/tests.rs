@@ -143,8 +143,18 @@ fn a_request_that_no_load_can_serve_in_time_is_refused_at_once() {
         plan.answers[0].verdict,
         Verdict::Refused(Refusal::DeadlineUnreachable)
     );
+    // The miss still asks for a load, for the requests that follow.
     policy.schedule(0, &mut plan);
-    assert!(plan.actions.is_empty(), "no useless load");
+    assert_eq!(plan.actions.len(), 1);
+    assert_eq!(plan.actions[0].kind, ActionKind::Load);
+    let loaded = complete_all(&mut policy, &plan, 0);
+    assert!(loaded.answers.is_empty());
+    let ready = plan.actions[0].expected_duration;
+    let mut next = Plan::default();
+    policy.admit(request(2, 0, ready, 5 * MS), ready, &mut next);
+    policy.schedule(ready, &mut next);
+    assert!(next.answers.is_empty(), "now warm: admitted");
+    assert!(matches!(next.actions[0].kind, ActionKind::Infer { .. }));
 }
 
 #[test]
