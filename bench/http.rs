@@ -179,12 +179,7 @@ fn main() -> anyhow::Result<()> {
                 emulation: Default::default(),
             },
         );
-        let mut spec = profiles::model("zero", "zero", 100 * MS).expect("built-in");
-        // 1 µs instead of 0: the policy's load demand is proportional to the estimate, and
-        // a model with zero demand is never loaded (see the closing note of the issue).
-        for b in &mut spec.profile.batches {
-            b.latency = 1_000;
-        }
+        let spec = profiles::model("zero", "zero", 100 * MS).expect("built-in");
         let runtime = RuntimeBuilder::new(clock, PolicyConfig::default())
             .model(spec)
             .device(Box::new(device))
