@@ -58,16 +58,32 @@ fn latency_cdf(path: &Path, policies: &[PolicyReport]) -> Result<(), String> {
         .y_label_formatter(&|y| format!("{:.4}%", 100.0 * (1.0 - 10f64.powf(-y))))
         .draw()
         .map_err(|e| e.to_string())?;
-    for (i, p) in policies.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
+    let lines = policies.iter().map(|p| {
         let points = p
             .latency_cdf
             .iter()
             .map(|&(ms, q)| (ms.max(0.01), nines(q)));
+        (p.policy.as_str(), points.collect())
+    });
+    draw_lines(&mut chart, lines)?;
+    root.present().map_err(|e| e.to_string())
+}
+
+/// One labelled line per policy, and the legend.
+fn draw_lines<'a, 'b, X, Y>(
+    chart: &mut ChartContext<'b, SVGBackend<'b>, Cartesian2d<X, Y>>,
+    lines: impl Iterator<Item = (&'a str, Vec<(f64, f64)>)>,
+) -> Result<(), String>
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    for (i, (label, points)) in lines.enumerate() {
+        let color = COLORS[i % COLORS.len()];
         chart
             .draw_series(LineSeries::new(points, color.stroke_width(2)))
             .map_err(|e| e.to_string())?
-            .label(p.policy.clone())
+            .label(label)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
     }
     chart
@@ -75,8 +91,7 @@ fn latency_cdf(path: &Path, policies: &[PolicyReport]) -> Result<(), String> {
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()
-        .map_err(|e| e.to_string())?;
-    root.present().map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())
 }
 
 /// Goodput of the requests arriving in each bucket, per policy.
@@ -100,21 +115,11 @@ fn goodput(path: &Path, policies: &[PolicyReport]) -> Result<(), String> {
         .y_desc("answered in SLO / offered")
         .draw()
         .map_err(|e| e.to_string())?;
-    for (i, p) in policies.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
+    let lines = policies.iter().map(|p| {
         let points = p.goodput_over_time.iter().map(|t| (t.t_s, t.value));
-        chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))
-            .map_err(|e| e.to_string())?
-            .label(p.policy.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| e.to_string())?;
+        (p.policy.as_str(), points.collect())
+    });
+    draw_lines(&mut chart, lines)?;
     root.present().map_err(|e| e.to_string())
 }
 
