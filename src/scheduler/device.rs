@@ -104,6 +104,9 @@ pub struct DeviceMirror {
     /// A load pass that found nothing to do is not retried before this, unless the
     /// device's residency changes first: keeps overload from scanning every event.
     pub load_retry_at: Nanos,
+    /// The last load pass failed only because models with INFERs in flight hold the pages
+    /// it needs: the end of such an INFER is worth another look.
+    pub load_blocked_by_flight: bool,
 }
 
 impl DeviceMirror {
@@ -117,6 +120,7 @@ impl DeviceMirror {
             residents: IdMap::default(),
             strategies: BinaryHeap::new(),
             load_retry_at: 0,
+            load_blocked_by_flight: false,
         }
     }
 

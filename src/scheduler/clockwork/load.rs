@@ -70,8 +70,10 @@ impl ClockworkPolicy {
             });
         let victims = candidate.and_then(|model| Some((model, self.victims(device, model)?)));
         let Some((model, victims)) = victims else {
+            let busy = candidate.is_some() && self.busy_pages(device) > 0;
             let d = &mut self.devices[device.0 as usize];
             d.load_retry_at = now + self.params.lanes.expected_lag.max(LOAD_RETRY);
+            d.load_blocked_by_flight = busy;
             return;
         };
         for victim in victims {
@@ -110,6 +112,16 @@ impl ClockworkPolicy {
             victims.push(victim);
         }
         Some(victims)
+    }
+
+    /// Pages held by models with INFERs in flight (not evictable until they finish).
+    fn busy_pages(&self, device: DeviceId) -> u32 {
+        let d = &self.devices[device.0 as usize];
+        d.residents
+            .values()
+            .filter(|r| r.infers_in_flight > 0)
+            .map(|r| r.pages)
+            .sum()
     }
 
     fn plan_unload(&mut self, device: DeviceId, model: ModelId, now: Nanos, plan: &mut Plan) {

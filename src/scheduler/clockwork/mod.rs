@@ -225,9 +225,10 @@ impl ClockworkPolicy {
         let kind = device.kind;
         if let Some(r) = device.residents.get_mut(&flight.model) {
             r.infers_in_flight = r.infers_in_flight.saturating_sub(1);
-            if r.infers_in_flight == 0 {
-                // It just became evictable.
+            if r.infers_in_flight == 0 && device.load_blocked_by_flight {
+                // The load that was refused for want of this model's pages may go now.
                 device.load_retry_at = 0;
+                device.load_blocked_by_flight = false;
             }
         }
         match result {
