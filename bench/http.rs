@@ -31,37 +31,29 @@ async fn bare(body: web::Bytes) -> HttpResponse {
     }))
 }
 
+#[derive(Default)]
 struct Stats {
     latencies_us: Vec<u64>,
     errors: u64,
 }
 
-/// `concurrency` clients sending `body` to `url` back to back for `seconds`.
-async fn drive(url: String, body: Vec<u8>, concurrency: usize, seconds: u64) -> (Stats, f64) {
-    let client = Rc::new(
-        awc::Client::builder()
-            .timeout(Duration::from_secs(10))
-            .finish(),
-    );
-    let stats = Rc::new(RefCell::new(Stats {
-        latencies_us: Vec::new(),
-        errors: 0,
-    }));
-    let body = web::Bytes::from(body);
+/// `concurrency` clients each calling `request` back to back for `seconds`; a request
+/// returns whether it succeeded. Returns the latencies of the successes and the wall time.
+async fn clients<F, R>(request: F, concurrency: usize, seconds: u64) -> (Stats, f64)
+where
+    F: Fn() -> R + Clone + 'static,
+    R: std::future::Future<Output = bool> + 'static,
+{
+    let stats = Rc::new(RefCell::new(Stats::default()));
     let start = Instant::now();
     let until = start + Duration::from_secs(seconds);
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
-        let (client, stats, body, url) = (client.clone(), stats.clone(), body.clone(), url.clone());
+        let (request, stats) = (request.clone(), stats.clone());
         tasks.push(actix_web::rt::spawn(async move {
             while Instant::now() < until {
                 let sent = Instant::now();
-                let ok = match client.post(&url).send_body(body.clone()).await {
-                    Ok(mut response) => {
-                        response.body().await.is_ok() && response.status().is_success()
-                    }
-                    Err(_) => false,
-                };
+                let ok = request().await;
                 let mut s = stats.borrow_mut();
                 if ok {
                     s.latencies_us.push(sent.elapsed().as_micros() as u64);
@@ -75,14 +67,29 @@ async fn drive(url: String, body: Vec<u8>, concurrency: usize, seconds: u64) -> 
         let _ = task.await;
     }
     let wall = start.elapsed().as_secs_f64();
-    let stats = std::mem::replace(
-        &mut *stats.borrow_mut(),
-        Stats {
-            latencies_us: Vec::new(),
-            errors: 0,
-        },
-    );
+    let stats = std::mem::take(&mut *stats.borrow_mut());
     (stats, wall)
+}
+
+/// `concurrency` clients posting `body` to `url` back to back for `seconds`.
+async fn drive(url: String, body: Vec<u8>, concurrency: usize, seconds: u64) -> (Stats, f64) {
+    let client = Rc::new(
+        awc::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .finish(),
+    );
+    let body = web::Bytes::from(body);
+    let url = Rc::new(url);
+    let request = move || {
+        let (client, body, url) = (client.clone(), body.clone(), url.clone());
+        async move {
+            match client.post(url.as_str()).send_body(body).await {
+                Ok(mut response) => response.body().await.is_ok() && response.status().is_success(),
+                Err(_) => false,
+            }
+        }
+    };
+    clients(request, concurrency, seconds).await
 }
 
 /// The same requests sent to the controller directly, without HTTP: what the runtime
@@ -94,46 +101,19 @@ async fn direct(
 ) -> (Stats, f64) {
     use clockwork::actors::messages::Infer;
     use clockwork::tensor::Tensor;
-    let stats = Rc::new(RefCell::new(Stats {
-        latencies_us: Vec::new(),
-        errors: 0,
-    }));
-    let start = Instant::now();
-    let until = start + Duration::from_secs(seconds);
-    let mut tasks = Vec::new();
-    for _ in 0..concurrency {
-        let (controller, stats) = (controller.clone(), stats.clone());
-        tasks.push(actix_web::rt::spawn(async move {
-            while Instant::now() < until {
-                let sent = Instant::now();
-                let inputs = vec![Tensor::from_f32("input", vec![4], &[1.0, 2.0, 3.0, 4.0])];
-                let infer = Infer {
-                    model: "zero".into(),
-                    inputs,
-                    slo: None,
-                };
-                let ok = matches!(controller.send(infer).await, Ok(Ok(_)));
-                let mut s = stats.borrow_mut();
-                if ok {
-                    s.latencies_us.push(sent.elapsed().as_micros() as u64);
-                } else {
-                    s.errors += 1;
-                }
-            }
-        }));
-    }
-    for task in tasks {
-        let _ = task.await;
-    }
-    let wall = start.elapsed().as_secs_f64();
-    let stats = std::mem::replace(
-        &mut *stats.borrow_mut(),
-        Stats {
-            latencies_us: Vec::new(),
-            errors: 0,
-        },
-    );
-    (stats, wall)
+    let request = move || {
+        let controller = controller.clone();
+        async move {
+            let inputs = vec![Tensor::from_f32("input", vec![4], &[1.0, 2.0, 3.0, 4.0])];
+            let infer = Infer {
+                model: "zero".into(),
+                inputs,
+                slo: None,
+            };
+            matches!(controller.send(infer).await, Ok(Ok(_)))
+        }
+    };
+    clients(request, concurrency, seconds).await
 }
 
 fn percentile(sorted: &[u64], q: f64) -> f64 {
