@@ -46,6 +46,7 @@ fn main() {
         policy.add_model(ModelInfo {
             pages,
             profile: spec.profile.clone(),
+            devices: None,
         });
     }
     let truth = vec![(pages, spec.profile.clone()); MODELS];

@@ -97,6 +97,8 @@ fn spec(name: &str) -> ModelSpec {
                 },
             ],
         },
+        batched: true,
+        version: 1,
     }
 }
 

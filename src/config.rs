@@ -36,8 +36,41 @@ pub struct Config {
     pub policy: PolicyConfig,
     /// Groups of devices; every group adds `count` executors.
     pub devices: Vec<DeviceGroupConfig>,
-    /// Models registered at start.
+    /// Models registered at start from built-in profiles (served by `sim` devices).
     pub models: Vec<ModelConfig>,
+    /// The model repository: real ONNX models, registered at start and on demand.
+    pub repository: Option<RepositoryConfig>,
+}
+
+/// The model repository on disk (Triton's layout, see `src/repository/`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RepositoryConfig {
+    /// Root directory: `<path>/<model>/<version>/model.onnx`, and an optional
+    /// `<path>/<model>/config.toml`. Relative paths are taken from the working directory.
+    pub path: std::path::PathBuf,
+    /// Write the built-in zoo models (mlp, cnn, resnet) that are missing from the
+    /// repository before registering, so a first run needs nothing downloaded.
+    pub generate_zoo: bool,
+    /// Register every model of the repository at start; if false, models are registered
+    /// only through `POST /v2/repository/models/{model}/load`.
+    pub load_all: bool,
+    /// Measured runs per batch size when profiling a model at registration.
+    pub profile_runs: u32,
+    /// Unmeasured runs per batch size before those.
+    pub profile_warmup: u32,
+}
+
+impl Default for RepositoryConfig {
+    fn default() -> Self {
+        Self {
+            path: "models".into(),
+            generate_zoo: false,
+            load_all: true,
+            profile_runs: 20,
+            profile_warmup: 3,
+        }
+    }
 }
 
 /// The HTTP side.
@@ -130,6 +163,8 @@ impl Default for PolicyConfig {
 pub enum BackendKind {
     /// Emulated device following latency profiles.
     Sim,
+    /// Real ONNX inference with tract on a dedicated CPU thread.
+    Cpu,
 }
 
 /// A group of identical devices.
@@ -137,17 +172,40 @@ pub enum BackendKind {
 #[serde(deny_unknown_fields)]
 pub struct DeviceGroupConfig {
     pub backend: BackendKind,
-    /// Built-in device profile (`v100`, ...) giving the kind, pages and load bandwidth.
-    pub profile: String,
+    /// Built-in device profile (`v100`, ...) giving the kind, pages and load bandwidth;
+    /// required for `sim` devices.
+    pub profile: Option<String>,
     /// Number of devices in the group.
     #[serde(default = "one")]
     pub count: u32,
-    /// Overrides the profile's number of weight pages.
+    /// Weight memory in pages of `policy.page_bytes`: overrides a `sim` profile's; the
+    /// capacity of a `cpu` device (default 64, 1 GiB with 16 MiB pages).
     pub pages: Option<u32>,
     /// Emulation settings for `sim` devices.
     #[serde(default)]
     pub sim: SimConfig,
+    /// Settings of `cpu` devices.
+    #[serde(default)]
+    pub cpu: CpuConfig,
 }
+
+/// How a `cpu` device runs tract.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CpuConfig {
+    /// Threads tract uses within one run. 1 keeps a device on its own thread, the most
+    /// predictable setting; more trade predictability for speed on large batches.
+    pub threads: usize,
+}
+
+impl Default for CpuConfig {
+    fn default() -> Self {
+        Self { threads: 1 }
+    }
+}
+
+/// Pages of a `cpu` device whose group names none.
+pub const DEFAULT_CPU_PAGES: u32 = 64;
 
 fn one() -> u32 {
     1
@@ -251,6 +309,12 @@ impl Config {
             return invalid("policy.page_bytes must be positive");
         }
         for group in &self.devices {
+            if group.backend == BackendKind::Sim && group.profile.is_none() {
+                return invalid("devices: a sim group needs a profile (e.g. profile = \"v100\")");
+            }
+            if group.cpu.threads == 0 {
+                return invalid("devices.cpu.threads must be at least 1");
+            }
             if !(0.0..=1.0).contains(&group.sim.failure_rate) {
                 return invalid("devices.sim.failure_rate must be within 0..=1");
             }

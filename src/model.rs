@@ -134,6 +134,21 @@ pub struct ModelSpec {
     pub slo: Nanos,
     /// Profile that seeds the estimates.
     pub profile: ModelProfile,
+    /// Whether its tensors have a batch dimension that batches are stacked along (else
+    /// every tensor is one whole item and batches are of one).
+    #[serde(default = "batched")]
+    pub batched: bool,
+    /// The version served (the repository's version directory; 1 for built-in profiles).
+    #[serde(default = "first_version")]
+    pub version: u64,
+}
+
+fn batched() -> bool {
+    true
+}
+
+fn first_version() -> u64 {
+    1
 }
 
 #[cfg(test)]

@@ -87,6 +87,7 @@ fn run_policy<P: Policy>(mut policy: P, scenario: &Scenario, factor: f64) -> Rep
         policy.add_model(ModelInfo {
             pages: *pages,
             profile: profile.clone(),
+            devices: None,
         });
     }
     let max_batch = config.max_batch as usize;

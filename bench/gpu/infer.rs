@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::gpu::Timer;
 use crate::resnet::{ConvLayer, GemmShape};
-use crate::stats::Summary;
+use clockwork::stats::Summary;
 
 /// Device buffers for the GEMM chain, sized for batches up to `max_batch`.
 ///

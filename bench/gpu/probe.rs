@@ -11,7 +11,6 @@ mod gpu;
 mod infer;
 mod report;
 mod resnet;
-mod stats;
 mod transfer;
 
 use std::path::{Path, PathBuf};

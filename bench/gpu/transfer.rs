@@ -13,7 +13,7 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream, PinnedHostSlice};
 use serde::Serialize;
 
 use crate::gpu::Timer;
-use crate::stats::Summary;
+use clockwork::stats::Summary;
 
 /// A weight blob in pinned host memory and its destination on the device.
 pub struct Staging {

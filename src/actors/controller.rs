@@ -12,16 +12,17 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
+use super::eligibility::{eligible_devices, DeviceFacts, ModelFacts};
 use super::messages::{
     ActionReport, ControllerSnapshot, Drain, Execute, Infer, InferError, InferResult, Inferred,
-    RequestTiming, SnapshotController, Submit,
+    RegisterArtifact, RegisterError, RegisterModel, RequestTiming, SnapshotController, Submit,
 };
 use crate::events::{self, Event, EventBus};
 use crate::gpu::BatchOutputs;
 use crate::model::{ActionId, DeviceId, ModelId, ModelSpec, RequestId};
 use crate::scheduler::ids::IdMap;
 use crate::scheduler::{
-    Action, ActionKind, Answer, Outcome, Plan, Policy, Refusal, Request, Verdict,
+    Action, ActionKind, Answer, ModelInfo, Outcome, Plan, Policy, Refusal, Request, Verdict,
 };
 use crate::tensor::{check_inputs, Tensor};
 use crate::time::{Clock, Nanos};
@@ -53,6 +54,12 @@ pub struct ControllerParts {
     /// Whether each device only emulates.
     pub emulated: Vec<bool>,
     pub events: EventBus,
+    /// What registration needs of each device, indexed by device id.
+    pub devices: Vec<DeviceFacts>,
+    /// Size of a weight page.
+    pub page_bytes: u64,
+    /// Where the artifacts of models registered while serving go.
+    pub cache: Recipient<RegisterArtifact>,
 }
 
 /// The controller actor.
@@ -296,6 +303,49 @@ impl Controller {
             };
             self.outputs.insert(request, (outputs, timing));
         }
+    }
+}
+
+impl Controller {
+    /// Registers a model while serving: the next id, in the model cache and the policy.
+    fn register(&mut self, message: RegisterModel) -> Result<ModelId, RegisterError> {
+        let spec = message.spec;
+        if self.by_name.contains_key(&spec.name) {
+            return Err(RegisterError::Duplicate(spec.name));
+        }
+        let pages = spec.profile.pages(self.parts.page_bytes);
+        let facts = ModelFacts {
+            name: &spec.name,
+            pages,
+            has_graph: message.bytes.is_some(),
+            backends: message.backends.as_deref(),
+        };
+        let devices = eligible_devices(facts, &self.parts.devices)?;
+        let id = ModelId(self.parts.models.len() as u32);
+        // The cache hears of it before any LOAD of it can be dispatched (same sender, and
+        // an executor only fetches after the controller sends it a LOAD).
+        self.parts.cache.do_send(RegisterArtifact {
+            spec: spec.clone(),
+            bytes: message.bytes,
+        });
+        let policy_id = self.parts.policy.add_model(ModelInfo {
+            pages,
+            profile: spec.profile.clone(),
+            devices,
+        });
+        debug_assert_eq!(policy_id, id);
+        self.by_name.insert(spec.name.clone(), id);
+        tracing::info!(model = %spec.name, id = id.0, "model registered while serving");
+        self.parts.models.push(spec);
+        Ok(id)
+    }
+}
+
+impl Handler<RegisterModel> for Controller {
+    type Result = Result<ModelId, RegisterError>;
+
+    fn handle(&mut self, message: RegisterModel, _: &mut Context<Self>) -> Self::Result {
+        self.register(message)
     }
 }
 

@@ -11,6 +11,8 @@ use std::sync::Arc;
 use actix::Message;
 use serde::Serialize;
 
+use super::eligibility::IneligibleModel;
+use crate::config::BackendKind;
 use crate::gpu::{BatchOutputs, ModelArtifact};
 use crate::model::{ActionId, DeviceId, ModelId, ModelSpec, RequestId};
 use crate::scheduler::{Action, ActionError, Measured, PolicySnapshot, Refusal};
@@ -126,6 +128,27 @@ pub struct ListModels;
 pub struct RegisterArtifact {
     pub spec: ModelSpec,
     pub bytes: Option<Arc<[u8]>>,
+}
+
+/// Registers a model while serving (a repository load): the controller gives it the
+/// next id and tells the model cache and the policy. Answers the id, or why not.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<ModelId, RegisterError>")]
+pub struct RegisterModel {
+    pub spec: ModelSpec,
+    /// The graph, for real devices.
+    pub bytes: Option<Arc<[u8]>>,
+    /// Backends allowed to serve it; `None`: any.
+    pub backends: Option<Vec<BackendKind>>,
+}
+
+/// Why a model could not be registered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegisterError {
+    #[error("a model named '{0}' is already registered")]
+    Duplicate(String),
+    #[error(transparent)]
+    Ineligible(#[from] IneligibleModel),
 }
 
 /// Asks the controller for its state.

@@ -13,7 +13,9 @@
 const MAILBOX: usize = 1 << 16;
 
 mod controller;
+pub mod eligibility;
 mod executor;
+mod from_config;
 pub mod messages;
 mod model_cache;
 mod runtime;

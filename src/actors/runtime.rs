@@ -1,17 +1,20 @@
 //! Building and stopping the actor system.
 
+use std::sync::Arc;
+
 use actix::prelude::*;
 
+use super::eligibility::{eligible_devices, DeviceFacts, IneligibleModel, ModelFacts};
 use super::messages::{Drain, RegisterArtifact};
 use super::{Controller, ControllerParts, Executor, ExecutorLinks, ModelCache};
-use crate::config::{BackendKind, Config, PolicyConfig};
+use crate::config::{BackendKind, PolicyConfig};
 use crate::events::EventBus;
 use crate::gpu::profiles;
-use crate::gpu::sim::{SimDevice, SimSettings};
 use crate::gpu::Backend;
 use crate::model::{ModelId, ModelSpec};
+use crate::repository::{Registration, RepositoryError, RepositorySource};
 use crate::scheduler::{self, DeviceInfo, ModelInfo};
-use crate::time::{nanos, Clock};
+use crate::time::Clock;
 
 /// Where the actors run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,27 +33,40 @@ pub enum StartError {
     UnknownDeviceProfile(String),
     #[error("unknown model profile '{0}' (built-in: {known})", known = profiles::MODELS.join(", "))]
     UnknownModelProfile(String),
-    #[error("model '{name}' needs {pages} pages, more than any device has ({largest})")]
-    ModelTooLarge {
-        name: String,
-        pages: u32,
-        largest: u32,
-    },
+    #[error(transparent)]
+    Ineligible(#[from] IneligibleModel),
     #[error("duplicate model name '{0}'")]
     DuplicateModel(String),
     #[error("no devices configured")]
     NoDevices,
+    #[error("cannot start device {name}: {message}")]
+    Device { name: String, message: String },
+    #[error(transparent)]
+    Repository(#[from] RepositoryError),
     #[error(transparent)]
     UnknownPolicy(#[from] scheduler::UnknownPolicy),
 }
 
+/// A model to register: its description, its graph if it has one, and the backends its
+/// configuration allows.
+pub(super) struct ModelEntry {
+    pub spec: ModelSpec,
+    pub bytes: Option<Arc<[u8]>>,
+    pub backends: Option<Vec<BackendKind>>,
+}
+
 /// Collects models and devices, then starts the actors.
 pub struct RuntimeBuilder {
-    clock: Clock,
-    policy: PolicyConfig,
-    models: Vec<ModelSpec>,
-    devices: Vec<Box<dyn Backend>>,
-    placement: Placement,
+    pub(super) clock: Clock,
+    pub(super) policy: PolicyConfig,
+    pub(super) models: Vec<ModelEntry>,
+    pub(super) devices: Vec<Box<dyn Backend>>,
+    /// The configured backend of each device (`None`: added in code).
+    pub(super) backends: Vec<Option<BackendKind>>,
+    pub(super) placement: Placement,
+    /// Repository models refused at start, with the reason.
+    pub(super) refused: Vec<(String, String)>,
+    pub(super) repository: Option<RepositorySource>,
 }
 
 /// Handles on a running actor system.
@@ -60,7 +76,12 @@ pub struct Runtime {
     pub cache: Addr<ModelCache>,
     pub executors: Vec<Addr<Executor>>,
     pub events: EventBus,
+    /// Models registered at start, indexed by id (more may be registered later).
     pub models: Vec<ModelSpec>,
+    /// Repository models refused at start: (name, reason).
+    pub refused: Vec<(String, String)>,
+    /// Where models registered on demand come from.
+    pub repository: Option<RepositorySource>,
     arbiters: Vec<Arbiter>,
 }
 
@@ -71,55 +92,52 @@ impl RuntimeBuilder {
             policy,
             models: Vec::new(),
             devices: Vec::new(),
+            backends: Vec::new(),
             placement: Placement::CurrentThread,
+            refused: Vec::new(),
+            repository: None,
         }
     }
 
-    /// Models and devices as the configuration file describes them.
-    pub fn from_config(clock: Clock, config: &Config) -> Result<Self, StartError> {
-        let mut builder = Self::new(clock, config.policy.clone());
-        for group in &config.devices {
-            let profile = profiles::device(&group.profile)
-                .ok_or_else(|| StartError::UnknownDeviceProfile(group.profile.clone()))?;
-            for i in 0..group.count {
-                let backend: Box<dyn Backend> = match group.backend {
-                    BackendKind::Sim => {
-                        let mut emulation = group.sim.clone();
-                        emulation.seed = emulation.seed.wrapping_add(u64::from(i));
-                        let settings = SimSettings {
-                            profile: profile.clone(),
-                            pages: group.pages,
-                            emulation,
-                        };
-                        Box::new(SimDevice::new(clock, settings))
-                    }
-                };
-                builder = builder.device(backend);
-            }
-        }
-        for model in &config.models {
-            let slo = nanos(model.slo.unwrap_or(config.policy.default_slo));
-            for copy in 0..model.copies {
-                let name = if model.copies == 1 {
-                    model.name.clone()
-                } else {
-                    format!("{}-{copy}", model.name)
-                };
-                let spec = profiles::model(&model.profile, &name, slo)
-                    .ok_or_else(|| StartError::UnknownModelProfile(model.profile.clone()))?;
-                builder = builder.model(spec);
-            }
-        }
-        Ok(builder)
-    }
-
+    /// A model described by a spec only (built-in profiles, tests): emulated devices and
+    /// custom backends serve it.
     pub fn model(mut self, spec: ModelSpec) -> Self {
-        self.models.push(spec);
+        self.models.push(ModelEntry {
+            spec,
+            bytes: None,
+            backends: None,
+        });
         self
     }
 
-    pub fn device(mut self, backend: Box<dyn Backend>) -> Self {
+    /// A model of the repository, with its graph.
+    pub fn registered(mut self, registration: Registration) -> Self {
+        self.models.push(ModelEntry {
+            spec: registration.spec,
+            bytes: Some(registration.bytes),
+            backends: registration.backends,
+        });
+        self
+    }
+
+    /// A device added in code (a custom backend).
+    pub fn device(self, backend: Box<dyn Backend>) -> Self {
+        self.configured_device(None, backend)
+    }
+
+    pub(super) fn configured_device(
+        mut self,
+        kind: Option<BackendKind>,
+        backend: Box<dyn Backend>,
+    ) -> Self {
         self.devices.push(backend);
+        self.backends.push(kind);
+        self
+    }
+
+    /// Where models registered on demand (repository load) come from.
+    pub fn repository(mut self, source: RepositorySource) -> Self {
+        self.repository = Some(source);
         self
     }
 
@@ -128,46 +146,60 @@ impl RuntimeBuilder {
         self
     }
 
-    fn check(&self) -> Result<(), StartError> {
-        let largest = self
-            .devices
+    /// What registration knows of each device.
+    pub(super) fn device_facts(&self) -> Vec<DeviceFacts> {
+        self.devices
             .iter()
-            .map(|d| d.info().pages)
-            .max()
-            .ok_or(StartError::NoDevices)?;
+            .zip(&self.backends)
+            .map(|(d, &backend)| DeviceFacts {
+                backend,
+                pages: d.info().pages,
+            })
+            .collect()
+    }
+
+    /// The devices each model may use; refuses duplicates and models no device can hold.
+    fn check(&self) -> Result<Vec<Option<Vec<crate::model::DeviceId>>>, StartError> {
+        if self.devices.is_empty() {
+            return Err(StartError::NoDevices);
+        }
+        let facts = self.device_facts();
         let mut names = std::collections::HashSet::new();
-        for spec in &self.models {
+        let mut allowed = Vec::with_capacity(self.models.len());
+        for entry in &self.models {
+            let spec = &entry.spec;
             if !names.insert(spec.name.as_str()) {
                 return Err(StartError::DuplicateModel(spec.name.clone()));
             }
-            let pages = spec.profile.pages(self.policy.page_bytes);
-            if pages > largest {
-                let name = spec.name.clone();
-                return Err(StartError::ModelTooLarge {
-                    name,
-                    pages,
-                    largest,
-                });
-            }
+            let model = ModelFacts {
+                name: &spec.name,
+                pages: spec.profile.pages(self.policy.page_bytes),
+                has_graph: entry.bytes.is_some(),
+                backends: entry.backends.as_deref(),
+            };
+            allowed.push(eligible_devices(model, &facts)?);
         }
-        Ok(())
+        Ok(allowed)
     }
 
     /// Starts the actors; must be called from inside an actix system.
     pub fn start(self) -> Result<Runtime, StartError> {
-        self.check()?;
+        let allowed = self.check()?;
+        let device_facts = self.device_facts();
         let events = EventBus::default();
         let mut policy = scheduler::build(&self.policy.name, &self.policy)?;
         let mut cache = ModelCache::default();
-        for spec in &self.models {
+        for (entry, devices) in self.models.iter().zip(allowed) {
+            let spec = &entry.spec;
             let pages = spec.profile.pages(self.policy.page_bytes);
             let id = cache.register(RegisterArtifact {
                 spec: spec.clone(),
-                bytes: None,
+                bytes: entry.bytes.clone(),
             });
             let policy_id = policy.add_model(ModelInfo {
                 pages,
                 profile: spec.profile.clone(),
+                devices,
             });
             debug_assert_eq!(id, policy_id);
         }
@@ -218,10 +250,14 @@ impl RuntimeBuilder {
             };
             executors.push(addr);
         }
+        let specs: Vec<ModelSpec> = self.models.into_iter().map(|e| e.spec).collect();
         let parts = ControllerParts {
             clock,
             policy,
-            models: self.models.clone(),
+            models: specs.clone(),
+            devices: device_facts,
+            page_bytes: self.policy.page_bytes,
+            cache: cache.clone().recipient(),
             executors: executors.iter().map(|e| e.clone().recipient()).collect(),
             emulated,
             events: events.clone(),
@@ -237,7 +273,9 @@ impl RuntimeBuilder {
             cache,
             executors,
             events,
-            models: self.models,
+            models: specs,
+            refused: self.refused,
+            repository: self.repository,
             arbiters,
         })
     }

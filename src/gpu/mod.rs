@@ -10,6 +10,7 @@
 //! - [`thread`]: adapter that runs a blocking device on a dedicated thread; real
 //!   backends (cpu, cuda) implement [`thread::BlockingDevice`].
 
+pub mod cpu;
 pub mod profiles;
 pub mod sim;
 pub mod thread;

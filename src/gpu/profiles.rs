@@ -108,6 +108,8 @@ pub fn model(profile: &str, name: &str, slo: Nanos) -> Option<ModelSpec> {
         outputs,
         slo,
         profile,
+        batched: true,
+        version: 1,
     })
 }
 

@@ -195,6 +195,16 @@ pub struct ModelInfo {
     pub pages: u32,
     /// Seed of the estimates and the allowed batch sizes.
     pub profile: ModelProfile,
+    /// Devices allowed to hold it (its backends, and real devices need a real graph);
+    /// `None`: any device.
+    pub devices: Option<Vec<DeviceId>>,
+}
+
+impl ModelInfo {
+    /// Whether `device` may hold the model.
+    pub fn allowed_on(&self, device: DeviceId) -> bool {
+        self.devices.as_ref().is_none_or(|d| d.contains(&device))
+    }
 }
 
 /// Counters and gauges of a policy, for observers.

@@ -162,6 +162,10 @@ impl ReactivePolicy {
                 self.misses.pop_front();
                 continue;
             }
+            if !m.info.allowed_on(device) {
+                // Another device takes it (every model may be held by some device).
+                return;
+            }
             let Some(victims) = self.lru_victims(device, m.info.pages) else {
                 return;
             };

@@ -115,7 +115,7 @@ impl SimulateArgs {
         config.policy.default_slo = std::time::Duration::from_nanos(self.params.slo);
         config.devices.push(DeviceGroupConfig {
             backend: BackendKind::Sim,
-            profile: self.device_profile.clone(),
+            profile: Some(self.device_profile.clone()),
             count: self.devices,
             pages: self.pages,
             sim: SimConfig {
@@ -124,6 +124,7 @@ impl SimulateArgs {
                 skip_outputs: true,
                 ..SimConfig::default()
             },
+            cpu: Default::default(),
         });
         config.models.push(ModelConfig {
             name: "m".into(),

@@ -66,7 +66,10 @@ impl ClockworkPolicy {
                 let useful = !early_drop
                     || m.missed > 0
                     || m.queue.back().is_some_and(|q| ready <= q.deadline);
-                !d.residents.contains_key(&model) && m.pages <= d.capacity && useful
+                !d.residents.contains_key(&model)
+                    && m.pages <= d.capacity
+                    && m.info.allowed_on(device)
+                    && useful
             });
         let victims = candidate.and_then(|model| Some((model, self.victims(device, model)?)));
         let Some((model, victims)) = victims else {

@@ -1,11 +1,11 @@
 //! Summary statistics for latency and bandwidth samples.
 //!
-//! Kept free of CUDA so the maths can be unit-tested on machines without a GPU.
+//! Shared by the cpu profiler, the benchmarks and the GPU probe.
 
 use serde::Serialize;
 
 /// Distribution summary of one series of samples, in the caller's unit.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct Summary {
     pub count: usize,
     pub mean: f64,

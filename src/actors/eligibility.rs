@@ -1,0 +1,166 @@
+//! Which devices may hold a model, decided once when it is registered.
+//!
+//! A model may name the backends that serve it; a `cpu` device needs the model's real
+//! graph (a built-in profile has none: only emulated devices can serve it); and its
+//! weights must fit the device's memory. A model no device may hold is refused with the
+//! reason, before anything is started or changed.
+
+use crate::config::BackendKind;
+use crate::model::DeviceId;
+
+/// What registration needs to know of a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceFacts {
+    /// Its configured backend; `None` for a backend added in code (custom backends).
+    pub backend: Option<BackendKind>,
+    pub pages: u32,
+}
+
+/// What registration needs to know of a model.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelFacts<'a> {
+    pub name: &'a str,
+    /// Pages its weights take.
+    pub pages: u32,
+    /// It has a real graph (ONNX bytes), not only a profile.
+    pub has_graph: bool,
+    /// Backends allowed to serve it; `None`: any.
+    pub backends: Option<&'a [BackendKind]>,
+}
+
+/// Why no device may hold a model.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IneligibleModel {
+    #[error("model '{model}': no configured device can serve it ({why})")]
+    NoDevice { model: String, why: String },
+    #[error("model '{name}' needs {pages} pages, more than any device that may serve it has ({largest})")]
+    TooLarge {
+        name: String,
+        pages: u32,
+        largest: u32,
+    },
+}
+
+/// The devices that may hold `model`: `None` if every device may, else their ids.
+pub fn eligible_devices(
+    model: ModelFacts<'_>,
+    devices: &[DeviceFacts],
+) -> Result<Option<Vec<DeviceId>>, IneligibleModel> {
+    let allowed: Vec<DeviceId> = devices
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| backend_allows(model, d))
+        .map(|(i, _)| DeviceId(i as u32))
+        .collect();
+    if allowed.is_empty() {
+        return Err(IneligibleModel::NoDevice {
+            model: model.name.to_owned(),
+            why: why_none(model),
+        });
+    }
+    let largest = allowed
+        .iter()
+        .map(|d| devices[d.0 as usize].pages)
+        .max()
+        .unwrap_or(0);
+    if model.pages > largest {
+        return Err(IneligibleModel::TooLarge {
+            name: model.name.to_owned(),
+            pages: model.pages,
+            largest,
+        });
+    }
+    let fitting: Vec<DeviceId> = allowed
+        .into_iter()
+        .filter(|d| devices[d.0 as usize].pages >= model.pages)
+        .collect();
+    Ok((fitting.len() < devices.len()).then_some(fitting))
+}
+
+fn backend_allows(model: ModelFacts<'_>, device: &DeviceFacts) -> bool {
+    let named = match (model.backends, device.backend) {
+        (None, _) => true,
+        (Some(list), Some(backend)) => list.contains(&backend),
+        // A custom backend is not nameable in a model's configuration.
+        (Some(_), None) => false,
+    };
+    let runnable = model.has_graph || device.backend != Some(BackendKind::Cpu);
+    named && runnable
+}
+
+fn why_none(model: ModelFacts<'_>) -> String {
+    match model.backends {
+        Some(list) => format!("it allows backends {list:?}"),
+        None if !model.has_graph => {
+            "it has no ONNX graph, so only sim devices can emulate it".into()
+        }
+        None => "no device is configured".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SIM: DeviceFacts = DeviceFacts {
+        backend: Some(BackendKind::Sim),
+        pages: 100,
+    };
+    const CPU: DeviceFacts = DeviceFacts {
+        backend: Some(BackendKind::Cpu),
+        pages: 10,
+    };
+
+    fn model(pages: u32, has_graph: bool, backends: Option<&[BackendKind]>) -> ModelFacts<'_> {
+        ModelFacts {
+            name: "m",
+            pages,
+            has_graph,
+            backends,
+        }
+    }
+
+    #[test]
+    fn real_graphs_go_anywhere_profiles_only_to_emulators() {
+        assert_eq!(
+            eligible_devices(model(1, true, None), &[SIM, CPU]),
+            Ok(None)
+        );
+        assert_eq!(
+            eligible_devices(model(1, false, None), &[SIM, CPU]),
+            Ok(Some(vec![DeviceId(0)]))
+        );
+        let err = eligible_devices(model(1, false, None), &[CPU]).unwrap_err();
+        assert!(err.to_string().contains("no ONNX graph"), "{err}");
+    }
+
+    #[test]
+    fn named_backends_and_capacity_restrict() {
+        let cpu_only = [BackendKind::Cpu];
+        assert_eq!(
+            eligible_devices(model(1, true, Some(&cpu_only)), &[SIM, CPU]),
+            Ok(Some(vec![DeviceId(1)]))
+        );
+        // Too big for the cpu device, which is the only one allowed.
+        let err = eligible_devices(model(20, true, Some(&cpu_only)), &[SIM, CPU]).unwrap_err();
+        assert_eq!(
+            err,
+            IneligibleModel::TooLarge {
+                name: "m".into(),
+                pages: 20,
+                largest: 10
+            }
+        );
+        // Fits only the larger device.
+        assert_eq!(
+            eligible_devices(model(20, true, None), &[SIM, CPU]),
+            Ok(Some(vec![DeviceId(0)]))
+        );
+        let custom = DeviceFacts {
+            backend: None,
+            pages: 10,
+        };
+        assert_eq!(eligible_devices(model(1, false, None), &[custom]), Ok(None));
+        assert!(eligible_devices(model(1, true, Some(&cpu_only)), &[custom]).is_err());
+    }
+}

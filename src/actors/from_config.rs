@@ -1,0 +1,178 @@
+//! The runtime as `config.toml` describes it: device groups, models from built-in
+//! profiles, and the model repository (zoo written if asked, every model prepared and
+//! profiled). A repository model that cannot be served is refused with its reason and
+//! logged; the others are registered all the same.
+
+use super::eligibility::{eligible_devices, ModelFacts};
+use super::runtime::{RuntimeBuilder, StartError};
+use crate::config::{BackendKind, Config, DeviceGroupConfig, RepositoryConfig, DEFAULT_CPU_PAGES};
+use crate::gpu::cpu::profile::ProfileSettings;
+use crate::gpu::cpu::{CpuDevice, CpuSettings};
+use crate::gpu::profiles;
+use crate::gpu::sim::{SimDevice, SimSettings};
+use crate::gpu::thread::DeviceThread;
+use crate::gpu::Backend;
+use crate::repository::{zoo, PrepareSettings, Registration, Repository, RepositorySource};
+use crate::time::{nanos, Clock};
+
+impl RuntimeBuilder {
+    /// Devices, models and repository as the configuration file describes them.
+    pub fn from_config(clock: Clock, config: &Config) -> Result<Self, StartError> {
+        let mut builder = Self::new(clock, config.policy.clone());
+        for group in &config.devices {
+            for i in 0..group.count {
+                let backend = device(clock, group, i, builder.devices.len())?;
+                builder = builder.configured_device(Some(group.backend), backend);
+            }
+        }
+        for model in &config.models {
+            let slo = nanos(model.slo.unwrap_or(config.policy.default_slo));
+            for copy in 0..model.copies {
+                let name = if model.copies == 1 {
+                    model.name.clone()
+                } else {
+                    format!("{}-{copy}", model.name)
+                };
+                let spec = profiles::model(&model.profile, &name, slo)
+                    .ok_or_else(|| StartError::UnknownModelProfile(model.profile.clone()))?;
+                builder = builder.model(spec);
+            }
+        }
+        if let Some(repository) = &config.repository {
+            builder = builder.repository_models(config, repository)?;
+        }
+        Ok(builder)
+    }
+
+    /// Registers the repository's models (if `load_all`), refusing one by one those that
+    /// cannot be served, and keeps the repository for registrations on demand.
+    fn repository_models(
+        mut self,
+        config: &Config,
+        repository: &RepositoryConfig,
+    ) -> Result<Self, StartError> {
+        let cpu = cpu_settings(config);
+        let source = RepositorySource {
+            repository: Repository::new(&repository.path),
+            settings: PrepareSettings {
+                default_slo: config.policy.default_slo,
+                kind: cpu.kind(),
+                profiling: ProfileSettings {
+                    threads: cpu.threads,
+                    warmup: repository.profile_warmup,
+                    runs: repository.profile_runs,
+                    ..ProfileSettings::default()
+                },
+            },
+        };
+        if repository.generate_zoo {
+            let written = zoo::write_missing(&repository.path)?;
+            if !written.is_empty() {
+                let root = repository.path.display();
+                tracing::info!(%root, models = ?written, "wrote the built-in zoo");
+            }
+        }
+        if repository.load_all {
+            for name in source.repository.names()? {
+                match source
+                    .prepare(&name)
+                    .map_err(StartError::from)
+                    .and_then(|r| {
+                        self.fits(&r)?;
+                        Ok(r)
+                    }) {
+                    Ok(registration) => {
+                        log_registered(&registration);
+                        self = self.registered(registration);
+                    }
+                    Err(error) => {
+                        tracing::error!(model = %name, %error, "model refused");
+                        self.refused.push((name, error.to_string()));
+                    }
+                }
+            }
+        }
+        Ok(self.repository(source))
+    }
+
+    /// Refuses a registration no configured device can hold.
+    fn fits(&self, registration: &Registration) -> Result<(), StartError> {
+        let model = ModelFacts {
+            name: &registration.spec.name,
+            pages: registration.spec.profile.pages(self.policy.page_bytes),
+            has_graph: true,
+            backends: registration.backends.as_deref(),
+        };
+        eligible_devices(model, &self.device_facts())?;
+        Ok(())
+    }
+}
+
+/// Device `i` of `group`, the `index`-th device overall.
+fn device(
+    clock: Clock,
+    group: &DeviceGroupConfig,
+    i: u32,
+    index: usize,
+) -> Result<Box<dyn Backend>, StartError> {
+    match group.backend {
+        BackendKind::Sim => {
+            let name = group.profile.clone().unwrap_or_default();
+            let profile = profiles::device(&name).ok_or(StartError::UnknownDeviceProfile(name))?;
+            let mut emulation = group.sim.clone();
+            emulation.seed = emulation.seed.wrapping_add(u64::from(i));
+            let settings = SimSettings {
+                profile,
+                pages: group.pages,
+                emulation,
+            };
+            Ok(Box::new(SimDevice::new(clock, settings)))
+        }
+        BackendKind::Cpu => {
+            let settings = CpuSettings {
+                pages: group.pages.unwrap_or(DEFAULT_CPU_PAGES),
+                threads: group.cpu.threads,
+            };
+            let name = format!("cpu-device-{index}");
+            let thread =
+                DeviceThread::spawn(name.clone(), CpuDevice::new(settings)).map_err(|e| {
+                    StartError::Device {
+                        name,
+                        message: e.to_string(),
+                    }
+                })?;
+            Ok(Box::new(thread))
+        }
+    }
+}
+
+/// The settings of the first cpu group (profiles are measured as those devices run).
+fn cpu_settings(config: &Config) -> CpuSettings {
+    let group = config
+        .devices
+        .iter()
+        .find(|g| g.backend == BackendKind::Cpu);
+    CpuSettings {
+        pages: group.and_then(|g| g.pages).unwrap_or(DEFAULT_CPU_PAGES),
+        threads: group.map_or(1, |g| g.cpu.threads),
+    }
+}
+
+fn log_registered(registration: &Registration) {
+    let spec = &registration.spec;
+    let batches: Vec<String> = registration
+        .profile
+        .batches
+        .iter()
+        .map(|b| format!("{}:{:.2}ms", b.batch, b.latency.p50 / 1e6))
+        .collect();
+    tracing::info!(
+        model = %spec.name,
+        version = spec.version,
+        weight_bytes = spec.profile.weight_bytes,
+        load_ms = format!("{:.1}", registration.profile.load.p50 / 1e6),
+        batches = %batches.join(" "),
+        profile = if registration.reused_profile { "stored" } else { "measured" },
+        "model registered"
+    );
+}

@@ -1,0 +1,183 @@
+//! The `cpu` backend: real ONNX inference with tract on a dedicated thread per device.
+//!
+//! A device is one thread (tract single-threaded unless `threads` says otherwise) with a
+//! memory capacity counted in pages, as a GPU's weight memory is. LOAD takes the model's
+//! ONNX bytes from the model cache and builds an optimised runnable plan for every allowed
+//! batch size ([`ModelPlans`]); UNLOAD drops them; INFER runs a batch on the smallest plan
+//! that holds it and reports the time it took. Graphs are read by [`graph`], plans built
+//! and run by [`plan`], and models profiled at registration by [`profile`].
+
+pub mod graph;
+pub mod plan;
+pub mod profile;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::thread::BlockingDevice;
+use super::{BackendInfo, BatchOutputs, DeviceError, InferJob, ModelArtifact};
+use crate::model::{ModelId, ModelSpec};
+use crate::tensor::Tensor;
+use plan::{Plan, PlanRequest};
+use tract_linalg::multithread::Executor;
+
+/// Why the cpu backend cannot read, build or run a model.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CpuError {
+    #[error("{0}")]
+    Decode(String),
+    #[error("not supported: {0}")]
+    Unsupported(String),
+    #[error("tract cannot build a plan for batch {batch}: {message}")]
+    Compile { batch: u32, message: String },
+    #[error("bad input: {0}")]
+    Input(String),
+    #[error("tract failed: {0}")]
+    Run(String),
+}
+
+impl From<CpuError> for DeviceError {
+    fn from(error: CpuError) -> Self {
+        match error {
+            CpuError::Input(message) => DeviceError::BadInput(message),
+            other => DeviceError::Other(other.to_string()),
+        }
+    }
+}
+
+/// How a cpu device is set up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuSettings {
+    /// Weight memory, in pages of the policy's page size.
+    pub pages: u32,
+    /// Threads tract may use within one run.
+    pub threads: usize,
+}
+
+impl CpuSettings {
+    /// The device kind estimates are kept for: `cpu`, or `cpu-<n>t` with `n` threads.
+    pub fn kind(&self) -> String {
+        if self.threads <= 1 {
+            "cpu".into()
+        } else {
+            format!("cpu-{}t", self.threads)
+        }
+    }
+}
+
+/// A pool of `threads` for tract, or `None` to stay single-threaded.
+pub fn executor(threads: usize) -> Option<Executor> {
+    (threads > 1).then(|| Executor::multithread_with_name(threads, "cpu-device"))
+}
+
+/// The plans of one model, one per allowed batch size, smallest first.
+pub struct ModelPlans {
+    plans: Vec<Plan>,
+}
+
+impl ModelPlans {
+    /// Builds a plan for every batch size of `spec`'s profile.
+    pub fn compile(
+        bytes: &[u8],
+        spec: &ModelSpec,
+        executor: Option<&Executor>,
+    ) -> Result<Self, CpuError> {
+        let outputs: Vec<String> = spec.outputs.iter().map(|o| o.name.clone()).collect();
+        let mut sizes: Vec<u32> = spec.profile.batches.iter().map(|b| b.batch).collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        if !spec.batched {
+            sizes = vec![1];
+        }
+        let plans = sizes
+            .into_iter()
+            .map(|batch| {
+                let request = PlanRequest {
+                    inputs: &spec.inputs,
+                    outputs: &outputs,
+                    batched: spec.batched,
+                    batch,
+                    executor,
+                };
+                Plan::compile(bytes, request)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { plans })
+    }
+
+    /// Outputs of one item, as the compiled graph gives them.
+    pub fn outputs(&self) -> &[crate::model::TensorSpec] {
+        self.plans.first().map_or(&[], |p| p.outputs())
+    }
+
+    /// The batch sizes planned.
+    pub fn batches(&self) -> impl Iterator<Item = u32> + '_ {
+        self.plans.iter().map(|p| p.batch)
+    }
+
+    /// Runs one batch on the smallest plan that holds it.
+    pub fn run(&mut self, items: &[&[Tensor]]) -> Result<BatchOutputs, CpuError> {
+        let n = items.len() as u32;
+        let plan = self
+            .plans
+            .iter_mut()
+            .find(|p| p.batch >= n)
+            .ok_or_else(|| CpuError::Run(format!("no plan holds a batch of {n}")))?;
+        plan.run(items)
+    }
+}
+
+/// A cpu device: the plans of the models loaded on it.
+pub struct CpuDevice {
+    settings: CpuSettings,
+    /// The pool of a multi-threaded device, shared by all its plans.
+    executor: Option<Executor>,
+    loaded: HashMap<ModelId, ModelPlans>,
+}
+
+impl CpuDevice {
+    pub fn new(settings: CpuSettings) -> Self {
+        Self {
+            executor: executor(settings.threads),
+            settings,
+            loaded: HashMap::new(),
+        }
+    }
+}
+
+impl BlockingDevice for CpuDevice {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            kind: self.settings.kind(),
+            pages: self.settings.pages,
+            emulated: false,
+        }
+    }
+
+    fn load(&mut self, artifact: &ModelArtifact) -> Result<(), DeviceError> {
+        let bytes: &Arc<[u8]> = artifact.bytes.as_ref().ok_or_else(|| {
+            DeviceError::Other(format!(
+                "model '{}' has no ONNX graph: the cpu backend serves repository models",
+                artifact.spec.name
+            ))
+        })?;
+        let plans = ModelPlans::compile(bytes, &artifact.spec, self.executor.as_ref())?;
+        self.loaded.insert(artifact.id, plans);
+        Ok(())
+    }
+
+    fn unload(&mut self, model: ModelId) -> Result<(), DeviceError> {
+        // Dropping the plans frees their memory; unloading what is not there is harmless.
+        self.loaded.remove(&model);
+        Ok(())
+    }
+
+    fn infer(&mut self, job: &InferJob) -> Result<BatchOutputs, DeviceError> {
+        let plans = self
+            .loaded
+            .get_mut(&job.model)
+            .ok_or(DeviceError::NotLoaded(job.model))?;
+        let items: Vec<&[Tensor]> = job.inputs.iter().map(|i| i.as_slice()).collect();
+        Ok(plans.run(&items)?)
+    }
+}

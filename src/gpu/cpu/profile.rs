@@ -1,0 +1,144 @@
+//! Profiling a model on this CPU before it is served, as Clockwork profiles every model
+//! at registration: build the plans (that is what a LOAD does, so it is the load time),
+//! then run every allowed batch size a number of times on inputs of the declared shapes.
+//!
+//! The measured distributions are kept (the repository stores them beside the model so a
+//! restart reuses them); the controller's estimates are seeded from their 99th
+//! percentile, the statistic its sliding window keeps.
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::{CpuError, ModelPlans};
+use crate::model::{BatchLatency, DataType, ModelProfile, ModelSpec, TensorSpec};
+use crate::stats::Summary;
+use crate::tensor::Tensor;
+use crate::time::nanos;
+
+/// How much profiling to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProfileSettings {
+    /// Threads tract uses (the same as the devices that will serve the model).
+    pub threads: usize,
+    /// Runs per batch size that are not measured (caches, first-run allocations).
+    pub warmup: u32,
+    /// Measured runs per batch size.
+    pub runs: u32,
+    /// Measured plan builds (each is one LOAD).
+    pub loads: u32,
+}
+
+impl Default for ProfileSettings {
+    fn default() -> Self {
+        Self {
+            threads: 1,
+            warmup: 3,
+            runs: 20,
+            loads: 2,
+        }
+    }
+}
+
+/// Execution time of one batch size, in nanoseconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BatchProfile {
+    pub batch: u32,
+    pub latency: Summary,
+}
+
+/// What profiling measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MeasuredProfile {
+    /// Time to build every plan (a LOAD), in nanoseconds.
+    pub load: Summary,
+    pub batches: Vec<BatchProfile>,
+    /// Memory the plans hold: the graph's weights once per plan, since each plan keeps
+    /// its own (repacked) copy.
+    pub weight_bytes: u64,
+    /// Outputs of one item, as the compiled graph gives them.
+    pub outputs: Vec<TensorSpec>,
+}
+
+impl MeasuredProfile {
+    /// The profile that seeds the controller's estimates: 99th percentiles.
+    pub fn seed(&self) -> ModelProfile {
+        ModelProfile {
+            weight_bytes: self.weight_bytes,
+            load_latency: self.load.p99.round() as u64,
+            batches: self
+                .batches
+                .iter()
+                .map(|b| BatchLatency {
+                    batch: b.batch,
+                    latency: b.latency.p99.round() as u64,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Profiles `spec` (whose profile lists the batch sizes to serve) from ONNX `bytes`.
+pub fn measure(
+    bytes: &[u8],
+    spec: &ModelSpec,
+    graph_weight_bytes: u64,
+    settings: ProfileSettings,
+) -> Result<MeasuredProfile, CpuError> {
+    let executor = super::executor(settings.threads);
+    let mut load_samples = Vec::new();
+    let mut plans = None;
+    for _ in 0..settings.loads.max(1) {
+        let begin = Instant::now();
+        plans = Some(ModelPlans::compile(bytes, spec, executor.as_ref())?);
+        load_samples.push(nanos(begin.elapsed()) as f64);
+    }
+    let mut plans = plans.expect("at least one load");
+    let item = sample_item(&spec.inputs);
+    let mut batches = Vec::new();
+    let sizes: Vec<u32> = plans.batches().collect();
+    for &batch in &sizes {
+        let items: Vec<&[Tensor]> = (0..batch).map(|_| item.as_slice()).collect();
+        for _ in 0..settings.warmup {
+            plans.run(&items)?;
+        }
+        let mut samples = Vec::with_capacity(settings.runs as usize);
+        for _ in 0..settings.runs.max(1) {
+            let begin = Instant::now();
+            plans.run(&items)?;
+            samples.push(nanos(begin.elapsed()) as f64);
+        }
+        let latency = Summary::of(&samples).expect("at least one run");
+        batches.push(BatchProfile { batch, latency });
+    }
+    Ok(MeasuredProfile {
+        load: Summary::of(&load_samples).expect("at least one load"),
+        batches,
+        weight_bytes: graph_weight_bytes * sizes.len() as u64,
+        outputs: plans.outputs().to_vec(),
+    })
+}
+
+/// One item of inputs of the declared shapes: a deterministic ramp for floats, zeros for
+/// integers (safe as indices), false for booleans.
+pub fn sample_item(inputs: &[TensorSpec]) -> Vec<Tensor> {
+    inputs
+        .iter()
+        .map(|spec| {
+            let shape: Vec<usize> = spec.shape.iter().map(|&d| d.max(1) as usize).collect();
+            let elements: usize = shape.iter().product();
+            let data: Vec<u8> = match spec.datatype {
+                DataType::Fp32 => (0..elements)
+                    .flat_map(|i| (((i % 97) as f32) / 97.0 - 0.5).to_le_bytes())
+                    .collect(),
+                other => vec![0; elements * other.size().unwrap_or(1)],
+            };
+            Tensor {
+                name: spec.name.clone(),
+                datatype: spec.datatype,
+                shape,
+                data: data.into(),
+            }
+        })
+        .collect()
+}

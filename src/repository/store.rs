@@ -1,0 +1,74 @@
+//! Profiles stored beside the model (`<version>/profile.json`), so that a restart serves
+//! at once instead of profiling again.
+//!
+//! A stored profile is reused only if it was measured for the same graph bytes (by hash),
+//! the same device kind, the same profiling settings and the same batch sizes; anything
+//! else measures anew and overwrites it.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::PROFILE_FILE;
+use crate::gpu::cpu::profile::{MeasuredProfile, ProfileSettings};
+
+/// What `profile.json` holds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoredProfile {
+    /// FNV-1a hash of the graph's bytes, in hex.
+    pub graph_hash: String,
+    /// Device kind it was measured on (`cpu`, `cpu-4t`).
+    pub kind: String,
+    pub settings: ProfileSettings,
+    pub batch_sizes: Vec<u32>,
+    pub profile: MeasuredProfile,
+}
+
+impl StoredProfile {
+    /// Whether it was measured for this graph, kind, settings and batch sizes.
+    pub fn matches(&self, key: &ProfileKey<'_>) -> bool {
+        self.graph_hash == key.graph_hash
+            && self.kind == key.kind
+            && self.settings == key.settings
+            && self.batch_sizes == key.batch_sizes
+    }
+}
+
+/// What a stored profile must have been measured for.
+pub struct ProfileKey<'a> {
+    pub graph_hash: String,
+    pub kind: &'a str,
+    pub settings: ProfileSettings,
+    pub batch_sizes: &'a [u32],
+}
+
+/// The stored profile of the version in `dir`, if there is one that matches `key`. A
+/// file that cannot be read or parsed counts as absent (it will be measured again).
+pub fn load(dir: &Path, key: &ProfileKey<'_>) -> Option<StoredProfile> {
+    let text = std::fs::read_to_string(dir.join(PROFILE_FILE)).ok()?;
+    let stored: StoredProfile = serde_json::from_str(&text).ok()?;
+    stored.matches(key).then_some(stored)
+}
+
+/// Writes the profile beside the model. Failing to write (a read-only repository) only
+/// costs a new measurement next time, so it is logged, not fatal.
+pub fn save(dir: &Path, stored: &StoredProfile) {
+    let path = dir.join(PROFILE_FILE);
+    let written = serde_json::to_string_pretty(stored)
+        .map_err(std::io::Error::other)
+        .and_then(|text| std::fs::write(&path, text));
+    if let Err(error) = written {
+        tracing::warn!(path = %path.display(), %error, "cannot store the profile");
+    }
+}
+
+/// FNV-1a, 64 bits: a stable fingerprint of the graph bytes (std's hasher may change
+/// between Rust releases, and this one only has to notice a changed file).
+pub fn graph_hash(bytes: &[u8]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}

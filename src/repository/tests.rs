@@ -1,0 +1,164 @@
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::*;
+use crate::gpu::cpu::profile::ProfileSettings;
+use crate::model::DataType;
+
+/// A fresh directory under the system's temporary directory, removed on drop.
+struct TempRoot(PathBuf);
+
+impl TempRoot {
+    fn new(tag: &str) -> Self {
+        let unique = format!(
+            "clockwork-repo-{tag}-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        );
+        let root = std::env::temp_dir().join(unique.replace(['(', ')'], ""));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        Self(root)
+    }
+}
+
+impl Drop for TempRoot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn quick() -> PrepareSettings {
+    PrepareSettings {
+        default_slo: Duration::from_millis(100),
+        kind: "cpu".into(),
+        profiling: ProfileSettings {
+            threads: 1,
+            warmup: 1,
+            runs: 3,
+            loads: 1,
+        },
+    }
+}
+
+#[test]
+fn the_zoo_is_written_read_and_prepared() {
+    let root = TempRoot::new("zoo");
+    let written = zoo::write_missing(&root.0).unwrap();
+    assert_eq!(written, zoo::MODELS);
+    // A second call leaves existing models alone.
+    assert!(zoo::write_missing(&root.0).unwrap().is_empty());
+    let repository = Repository::new(&root.0);
+    assert_eq!(repository.names().unwrap(), ["cnn", "mlp", "resnet"]);
+    let stored = repository.read("mlp").unwrap();
+    assert_eq!(stored.version, 1);
+    let prepared = prepare(&stored, &quick()).unwrap();
+    let spec = &prepared.spec;
+    assert!(spec.batched);
+    assert_eq!(spec.inputs[0].shape, vec![256]);
+    assert_eq!(spec.outputs[0].name, "output");
+    assert_eq!(spec.outputs[0].shape, vec![10]);
+    assert_eq!(spec.outputs[0].datatype, DataType::Fp32);
+    assert_eq!(spec.slo, 50_000_000);
+    let sizes: Vec<u32> = spec.profile.batches.iter().map(|b| b.batch).collect();
+    assert_eq!(sizes, [1, 2, 4, 8, 16]);
+    assert!(spec.profile.batches.iter().all(|b| b.latency > 0));
+    // Five plans, each with its copy of ~1.6 MB of weights.
+    let weights = (256 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10) * 4;
+    assert_eq!(spec.profile.weight_bytes, 5 * weights);
+    assert!(!prepared.reused_profile);
+    // A restart reuses the stored profile.
+    let again = prepare(&repository.read("mlp").unwrap(), &quick()).unwrap();
+    assert!(again.reused_profile);
+    assert_eq!(again.spec, prepared.spec);
+    // A changed graph is profiled anew.
+    zoo::write(&root.0, "mlp", zoo::Batch::Dynamic, 7).unwrap();
+    let changed = prepare(&repository.read("mlp").unwrap(), &quick()).unwrap();
+    assert!(!changed.reused_profile);
+}
+
+#[test]
+fn a_fixed_batch_dimension_serves_batch_one_only() {
+    let root = TempRoot::new("fixed");
+    zoo::write(&root.0, "cnn", zoo::Batch::FixedOne, 1).unwrap();
+    let stored = Repository::new(&root.0).read("cnn").unwrap();
+    let spec = prepare(&stored, &quick()).unwrap().spec;
+    assert!(spec.batched);
+    assert_eq!(spec.inputs[0].shape, vec![3, 32, 32]);
+    assert_eq!(spec.profile.batches.len(), 1);
+    assert_eq!(spec.profile.batches[0].batch, 1);
+    // Asking for more than the graph allows is refused, naming the problem.
+    std::fs::write(root.0.join("cnn").join(CONFIG_FILE), "max_batch_size = 4\n").unwrap();
+    let stored = Repository::new(&root.0).read("cnn").unwrap();
+    let err = prepare(&stored, &quick()).unwrap_err().to_string();
+    assert!(err.contains("cnn") && err.contains("fixed to 1"), "{err}");
+}
+
+#[test]
+fn broken_models_are_refused_with_the_reason() {
+    let root = TempRoot::new("broken");
+    zoo::write(&root.0, "mlp", zoo::Batch::Dynamic, 1).unwrap();
+    let repository = Repository::new(&root.0);
+    // Not a graph at all.
+    let garbage = root.0.join("garbage").join("1");
+    std::fs::create_dir_all(&garbage).unwrap();
+    std::fs::write(garbage.join(MODEL_FILE), b"\x08\x07not onnx at all").unwrap();
+    let err = prepare(&repository.read("garbage").unwrap(), &quick()).unwrap_err();
+    assert!(matches!(err, RepositoryError::Graph { .. }), "{err}");
+    assert!(err.to_string().starts_with("model 'garbage'"), "{err}");
+    // A misspelt configuration key.
+    let typo = root.0.join("typo");
+    std::fs::create_dir_all(typo.join("1")).unwrap();
+    std::fs::copy(
+        root.0.join("mlp/1").join(MODEL_FILE),
+        typo.join("1").join(MODEL_FILE),
+    )
+    .unwrap();
+    std::fs::write(typo.join(CONFIG_FILE), "max_batchsize = 4\n").unwrap();
+    let err = repository.read("typo").unwrap_err().to_string();
+    assert!(err.contains("max_batchsize"), "{err}");
+    // Declared tensors that disagree with the graph.
+    std::fs::write(
+        typo.join(CONFIG_FILE),
+        "inputs = [{ name = \"input\", datatype = \"FP32\", shape = [255] }]\n",
+    )
+    .unwrap();
+    let err = prepare(&repository.read("typo").unwrap(), &quick()).unwrap_err();
+    assert!(err.to_string().contains("255"), "{err}");
+    // No version directory, an unknown name, a path out of the repository.
+    std::fs::create_dir_all(root.0.join("empty")).unwrap();
+    let err = repository.read("empty").unwrap_err();
+    assert!(matches!(err, RepositoryError::NoVersion { .. }), "{err}");
+    assert!(matches!(
+        repository.read("nope"),
+        Err(RepositoryError::NotFound { .. })
+    ));
+    assert!(matches!(
+        repository.read("../etc"),
+        Err(RepositoryError::NotFound { .. })
+    ));
+    // The good model is unaffected by its neighbours.
+    assert!(prepare(&repository.read("mlp").unwrap(), &quick()).is_ok());
+}
+
+#[test]
+fn the_configured_version_is_served() {
+    let root = TempRoot::new("versions");
+    zoo::write(&root.0, "mlp", zoo::Batch::Dynamic, 1).unwrap();
+    let dir = root.0.join("mlp");
+    std::fs::create_dir_all(dir.join("3")).unwrap();
+    std::fs::copy(
+        dir.join("1").join(MODEL_FILE),
+        dir.join("3").join(MODEL_FILE),
+    )
+    .unwrap();
+    let repository = Repository::new(&root.0);
+    assert_eq!(repository.read("mlp").unwrap().version, 3);
+    std::fs::write(dir.join(CONFIG_FILE), "version = 1\n").unwrap();
+    assert_eq!(repository.read("mlp").unwrap().version, 1);
+    std::fs::write(dir.join(CONFIG_FILE), "version = 2\n").unwrap();
+    assert!(matches!(
+        repository.read("mlp"),
+        Err(RepositoryError::MissingVersion { version: 2, .. })
+    ));
+}
