@@ -37,6 +37,42 @@ enum Command {
     /// Send a workload to a running server over HTTP and write the same report as
     /// `simulate`, with client-side latencies.
     Loadgen(Box<LoadgenCli>),
+    /// The model repository: write the built-in zoo, or profile a model.
+    #[command(subcommand)]
+    Models(ModelsCommand),
+}
+
+#[derive(Subcommand)]
+enum ModelsCommand {
+    /// Write the built-in zoo (real ONNX models with seeded random weights) into a
+    /// repository: <dir>/<name>/1/model.onnx and <dir>/<name>/config.toml.
+    Generate {
+        /// Repository root.
+        #[arg(long, default_value = "models")]
+        dir: PathBuf,
+        /// Models to write (default: the whole zoo: mlp, cnn, resnet).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// Seed of the weights.
+        #[arg(long, default_value_t = clockwork::repository::zoo::SEED)]
+        seed: u64,
+        /// Replace models that exist already.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Read, check and profile the models of a repository on this CPU, print their
+    /// profiles and store them beside the models (as registration does).
+    Profile {
+        /// Repository root.
+        #[arg(long, default_value = "models")]
+        dir: PathBuf,
+        /// Measured runs per batch size.
+        #[arg(long, default_value_t = 20)]
+        runs: u32,
+        /// Threads tract uses (as the devices that will serve them).
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+    },
 }
 
 /// Flags of `clockwork loadgen`.
@@ -154,6 +190,7 @@ fn main() -> ExitCode {
         Command::Serve { config, listen } => serve(config, listen),
         Command::Simulate(cli) => simulate(*cli),
         Command::Loadgen(cli) => loadgen(*cli),
+        Command::Models(command) => models(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -230,4 +267,61 @@ fn loadgen(cli: LoadgenCli) -> anyhow::Result<()> {
     println!("{}", clockwork::report::markdown(&report));
     eprintln!("report written to {}", cli.out.display());
     Ok(())
+}
+
+fn models(command: ModelsCommand) -> anyhow::Result<()> {
+    use clockwork::repository::{zoo, PrepareSettings, Repository, RepositorySource};
+    match command {
+        ModelsCommand::Generate {
+            dir,
+            only,
+            seed,
+            force,
+        } => {
+            let names: Vec<String> = if only.is_empty() {
+                zoo::MODELS.iter().map(|m| m.to_string()).collect()
+            } else {
+                only
+            };
+            for name in names {
+                if !force && dir.join(&name).exists() {
+                    eprintln!("{name}: exists, left alone (--force replaces it)");
+                    continue;
+                }
+                zoo::write(&dir, &name, zoo::Batch::Dynamic, seed)?;
+                println!("{}", dir.join(&name).display());
+            }
+            Ok(())
+        }
+        ModelsCommand::Profile { dir, runs, threads } => {
+            let cpu = clockwork::gpu::cpu::CpuSettings { pages: 0, threads };
+            let source = RepositorySource {
+                repository: Repository::new(&dir),
+                settings: PrepareSettings {
+                    default_slo: Duration::from_millis(100),
+                    kind: cpu.kind(),
+                    profiling: clockwork::gpu::cpu::profile::ProfileSettings {
+                        threads,
+                        runs,
+                        ..Default::default()
+                    },
+                },
+            };
+            let mut failed = 0;
+            for name in source.repository.names()? {
+                match source.prepare(&name) {
+                    Ok(r) => {
+                        println!("{name} (version {}):", r.spec.version);
+                        println!("{}", serde_json::to_string_pretty(&r.profile)?);
+                    }
+                    Err(error) => {
+                        failed += 1;
+                        eprintln!("{error}");
+                    }
+                }
+            }
+            anyhow::ensure!(failed == 0, "{failed} model(s) refused");
+            Ok(())
+        }
+    }
 }

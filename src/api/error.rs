@@ -30,8 +30,14 @@ pub enum ApiError {
     PayloadTooLarge { limit: usize },
     #[error("unknown model '{0}'")]
     UnknownModel(String),
-    #[error("model '{model}' has no version '{version}' (it has version 1)")]
-    UnknownVersion { model: String, version: String },
+    #[error("model '{model}' has no version '{version}' (it serves version {served})")]
+    UnknownVersion {
+        model: String,
+        version: String,
+        served: String,
+    },
+    #[error("cannot load model '{model}': {reason}")]
+    LoadFailed { model: String, reason: String },
     #[error("model '{0}' is unloaded; load it with POST /v2/repository/models/{0}/load")]
     ModelUnavailable(String),
     #[error("no route for {method} {path}")]
@@ -72,6 +78,7 @@ impl ApiError {
             ApiError::UnknownModel(_) => "unknown_model",
             ApiError::UnknownVersion { .. } => "unknown_version",
             ApiError::ModelUnavailable(_) => "model_unavailable",
+            ApiError::LoadFailed { .. } => "load_failed",
             ApiError::NotFound { .. } => "not_found",
         }
     }
@@ -113,9 +120,10 @@ impl ResponseError for ApiError {
                 InferError::BadInput(_) => StatusCode::BAD_REQUEST,
                 InferError::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
             },
-            ApiError::InvalidJson(_) | ApiError::InvalidBinary(_) | ApiError::InvalidBody(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            ApiError::InvalidJson(_)
+            | ApiError::InvalidBinary(_)
+            | ApiError::InvalidBody(_)
+            | ApiError::LoadFailed { .. } => StatusCode::BAD_REQUEST,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnknownModel(_)
             | ApiError::UnknownVersion { .. }

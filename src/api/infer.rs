@@ -13,7 +13,7 @@ use super::binary::{self, Sections};
 use super::codec;
 use super::error::{ApiError, ErrorBody};
 use super::metrics::Metrics;
-use super::models::{Entry, VERSION};
+use super::models::Entry;
 use super::v2::{self, InferRequest, InferResponse, Parameters, ResponseOutput};
 use super::ApiState;
 use crate::actors::messages::{Infer, InferError, Inferred};
@@ -103,8 +103,8 @@ pub(super) async fn run(
     let parsed: InferRequest =
         serde_json::from_slice(&json).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
     let slo = slo(&parsed.parameters)?;
-    let (inputs, batched) = decode_inputs(entry, &parsed, binary)?;
-    let outputs = choose_outputs(entry, &parsed)?;
+    let (inputs, batched) = decode_inputs(&entry, &parsed, binary)?;
+    let outputs = choose_outputs(&entry, &parsed)?;
     let message = Infer {
         model: entry.spec.name.clone(),
         inputs,
@@ -116,7 +116,7 @@ pub(super) async fn run(
     // A controller that is gone can only be one that is shutting down.
     let inferred = answer.unwrap_or(Err(InferError::Refused(Refusal::ShuttingDown)))?;
     state.metrics.success(entry.id, &inferred);
-    Ok(encode(entry, parsed.id, &inferred, &outputs, batched, slo))
+    Ok(encode(&entry, parsed.id, &inferred, &outputs, batched, slo))
 }
 
 /// Counts a request as pending while it waits for the controller; a guard, because a
@@ -302,7 +302,7 @@ fn encode(
     ]);
     let response = InferResponse {
         model_name: entry.spec.name.clone(),
-        model_version: VERSION.to_owned(),
+        model_version: entry.version(),
         id,
         parameters,
         outputs,

@@ -9,7 +9,7 @@
 //! `clockwork_*`. Label values are model names, device numbers and fixed kinds, so the
 //! number of series is bounded by the configuration.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use actix_web::{get, web, HttpResponse};
 use prometheus::{
@@ -27,6 +27,7 @@ use crate::time::Nanos;
 
 /// Series of one model, resolved once so updates are plain atomic adds.
 struct PerModel {
+    name: String,
     success: IntCounter,
     failure: IntCounter,
     count: IntCounter,
@@ -39,11 +40,45 @@ struct PerModel {
     late: IntCounter,
 }
 
+/// The per-model families, kept to resolve the series of models registered later.
+struct ModelFamilies {
+    success: IntCounterVec,
+    failure: IntCounterVec,
+    count: IntCounterVec,
+    exec_count: IntCounterVec,
+    request_us: IntCounterVec,
+    queue_us: IntCounterVec,
+    compute_us: IntCounterVec,
+    pending: IntGaugeVec,
+    within_slo: IntCounterVec,
+    late: IntCounterVec,
+}
+
+impl ModelFamilies {
+    fn resolve(&self, name: &str) -> PerModel {
+        let l = [name];
+        PerModel {
+            name: name.to_owned(),
+            success: self.success.with_label_values(&l),
+            failure: self.failure.with_label_values(&l),
+            count: self.count.with_label_values(&l),
+            exec_count: self.exec_count.with_label_values(&l),
+            request_us: self.request_us.with_label_values(&l),
+            queue_us: self.queue_us.with_label_values(&l),
+            compute_us: self.compute_us.with_label_values(&l),
+            pending: self.pending.with_label_values(&l),
+            within_slo: self.within_slo.with_label_values(&l),
+            late: self.late.with_label_values(&l),
+        }
+    }
+}
+
 /// Every metric of the server.
 pub struct Metrics {
     registry: Registry,
-    models: Vec<PerModel>,
-    names: Vec<String>,
+    families: ModelFamilies,
+    /// Series of each model, indexed by id; grows when a model is registered.
+    models: RwLock<Vec<Arc<PerModel>>>,
     api_errors: IntCounterVec,
     refusals: IntCounterVec,
     loads: IntCounterVec,
@@ -128,23 +163,21 @@ impl Metrics {
             "Successes answered after their deadline (estimates were wrong)",
             &m,
         )?;
+        let families = ModelFamilies {
+            success,
+            failure,
+            count,
+            exec_count,
+            request_us,
+            queue_us,
+            compute_us,
+            pending,
+            within_slo,
+            late,
+        };
         let per_model = models
             .iter()
-            .map(|spec| {
-                let l = [spec.name.as_str()];
-                PerModel {
-                    success: success.with_label_values(&l),
-                    failure: failure.with_label_values(&l),
-                    count: count.with_label_values(&l),
-                    exec_count: exec_count.with_label_values(&l),
-                    request_us: request_us.with_label_values(&l),
-                    queue_us: queue_us.with_label_values(&l),
-                    compute_us: compute_us.with_label_values(&l),
-                    pending: pending.with_label_values(&l),
-                    within_slo: within_slo.with_label_values(&l),
-                    late: late.with_label_values(&l),
-                }
-            })
+            .map(|spec| Arc::new(families.resolve(&spec.name)))
             .collect();
         let busy = CounterVec::new(
             Opts::new(
@@ -209,8 +242,8 @@ impl Metrics {
                 &["kind"],
             )?,
             registry: r,
-            models: per_model,
-            names: models.iter().map(|s| s.name.clone()).collect(),
+            families,
+            models: RwLock::new(per_model),
             busy,
             prediction_error,
             latency,
@@ -218,8 +251,16 @@ impl Metrics {
         })
     }
 
-    fn model(&self, id: ModelId) -> Option<&PerModel> {
-        self.models.get(id.0 as usize)
+    fn model(&self, id: ModelId) -> Option<Arc<PerModel>> {
+        let models = self.models.read().unwrap_or_else(|e| e.into_inner());
+        models.get(id.0 as usize).cloned()
+    }
+
+    /// Starts the series of a model registered while serving; its id is the next one.
+    pub fn add_model(&self, spec: &ModelSpec) {
+        let series = Arc::new(self.families.resolve(&spec.name));
+        let mut models = self.models.write().unwrap_or_else(|e| e.into_inner());
+        models.push(series);
     }
 
     /// Adds `delta` to the requests of `model` waiting at the API.
@@ -270,8 +311,7 @@ impl Metrics {
             "failed" => m.failure.inc(),
             reason => {
                 m.failure.inc();
-                let name = self.names[event.model.0 as usize].as_str();
-                self.refusals.with_label_values(&[name, reason]).inc();
+                self.refusals.with_label_values(&[&m.name, reason]).inc();
             }
         }
     }

@@ -27,7 +27,8 @@ pub mod openapi;
 mod repository;
 mod v2;
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use actix::Addr;
 use actix_web::body::BoxBody;
@@ -42,6 +43,7 @@ pub use metrics::Metrics;
 pub use models::Models;
 
 use crate::actors::{Controller, Runtime};
+use crate::repository::RepositorySource;
 
 /// Limits of the API.
 #[derive(Clone, Copy, Debug)]
@@ -65,6 +67,12 @@ pub struct ApiState {
     pub models: Arc<Models>,
     pub metrics: Arc<Metrics>,
     pub settings: ApiSettings,
+    /// Where models registered through the repository routes come from.
+    pub repository: Option<RepositorySource>,
+    /// Repository models that could not be registered, with the reason.
+    refused: Arc<Mutex<BTreeMap<String, String>>>,
+    /// Held while a model is registered (one at a time).
+    registering: Arc<tokio::sync::Mutex<()>>,
     /// The OpenAPI document, serialised once.
     openapi: web::Bytes,
 }
@@ -81,8 +89,46 @@ impl ApiState {
             models: Arc::new(Models::new(&runtime.models)),
             metrics,
             settings,
+            repository: runtime.repository.clone(),
+            refused: Arc::new(Mutex::new(runtime.refused.iter().cloned().collect())),
+            registering: Arc::default(),
             openapi: web::Bytes::from(openapi),
         })
+    }
+
+    /// Records why a repository model was refused (an empty reason clears it).
+    fn note_refused(&self, name: &str, reason: String) {
+        let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        if reason.is_empty() {
+            refused.remove(name);
+        } else {
+            refused.insert(name.to_owned(), reason);
+        }
+    }
+
+    /// Models of the repository on disk that are not registered, with the reason (a
+    /// refusal, or not loaded yet).
+    fn unregistered(&self) -> Vec<(String, String)> {
+        let Some(source) = &self.repository else {
+            return Vec::new();
+        };
+        let refused = self
+            .refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let names = source.repository.names().unwrap_or_default();
+        names
+            .into_iter()
+            .filter(|name| !self.models.contains(name))
+            .map(|name| {
+                let reason = refused
+                    .get(&name)
+                    .cloned()
+                    .unwrap_or_else(|| "not loaded".to_owned());
+                (name, reason)
+            })
+            .collect()
     }
 }
 

@@ -1,12 +1,14 @@
 //! The models the API serves and their description: V2 metadata, readiness, and Triton's
 //! model configuration (which `perf_analyzer` insists on reading).
 //!
-//! The table is built once from the runtime's registered models. Each model has one
-//! version, `1`. A model can be unloaded and loaded again through the repository routes:
-//! that only switches whether the API admits its requests (see `repository.rs`).
+//! The table starts with the runtime's registered models and grows when the repository
+//! routes register one. Each model serves one version (`1` for built-in profiles, the
+//! repository's version directory otherwise). A model can be unloaded and loaded again
+//! through the repository routes (see `repository.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 
 use actix_web::{get, web, HttpResponse};
 use serde::Serialize;
@@ -16,9 +18,6 @@ use super::error::{ApiError, ErrorBody};
 use super::v2::datatype_name;
 use super::ApiState;
 use crate::model::{DataType, ModelId, ModelSpec, TensorSpec};
-
-/// The one version every model has.
-pub const VERSION: &str = "1";
 
 /// Platform reported for every model: the runtime executes the model itself.
 const PLATFORM: &str = "clockwork";
@@ -39,60 +38,86 @@ impl Entry {
     pub fn set_available(&self, available: bool) {
         self.available.store(available, Ordering::Relaxed);
     }
+
+    /// The version it serves, as the API names it.
+    pub fn version(&self) -> String {
+        self.spec.version.to_string()
+    }
 }
 
-/// Every served model, by name and by id.
-pub struct Models {
-    entries: Vec<Entry>,
+/// The table proper: entries by id (dense) and by name.
+#[derive(Default)]
+struct Table {
+    entries: Vec<Arc<Entry>>,
     by_name: HashMap<String, usize>,
+}
+
+/// Every served model, by name and by id; grows when the repository registers a model.
+pub struct Models {
+    table: RwLock<Table>,
 }
 
 impl Models {
     /// The table of `specs`, indexed as the runtime indexes them (id = position).
     pub fn new(specs: &[ModelSpec]) -> Self {
-        let entries: Vec<Entry> = specs
-            .iter()
-            .enumerate()
-            .map(|(i, spec)| Entry {
-                id: ModelId(i as u32),
-                spec: spec.clone(),
-                available: AtomicBool::new(true),
-            })
-            .collect();
-        let by_name = entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (e.spec.name.clone(), i))
-            .collect();
-        Self { entries, by_name }
+        let models = Self {
+            table: RwLock::new(Table::default()),
+        };
+        for (i, spec) in specs.iter().enumerate() {
+            models.add(ModelId(i as u32), spec.clone());
+        }
+        models
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Entry> {
-        self.entries.iter()
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Table> {
+        self.table.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn by_id(&self, id: ModelId) -> Option<&Entry> {
-        self.entries.get(id.0 as usize)
+    /// Adds a model the runtime registered as `id` (ids come in order).
+    pub fn add(&self, id: ModelId, spec: ModelSpec) {
+        let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
+        debug_assert_eq!(id.0 as usize, table.entries.len());
+        let index = table.entries.len();
+        table.by_name.insert(spec.name.clone(), index);
+        table.entries.push(Arc::new(Entry {
+            id,
+            spec,
+            available: AtomicBool::new(true),
+        }));
+    }
+
+    /// Every entry, in id order.
+    pub fn entries(&self) -> Vec<Arc<Entry>> {
+        self.read().entries.clone()
+    }
+
+    /// Whether a model of that name is registered.
+    pub fn contains(&self, name: &str) -> bool {
+        self.read().by_name.contains_key(name)
     }
 
     /// The model named `name` at `version` (any version if `None`), loaded or not.
-    pub fn find(&self, name: &str, version: Option<&str>) -> Result<&Entry, ApiError> {
-        let entry = self
-            .by_name
-            .get(name)
-            .map(|&i| &self.entries[i])
-            .ok_or_else(|| ApiError::UnknownModel(name.to_owned()))?;
+    pub fn find(&self, name: &str, version: Option<&str>) -> Result<Arc<Entry>, ApiError> {
+        let entry = {
+            let table = self.read();
+            table
+                .by_name
+                .get(name)
+                .map(|&i| Arc::clone(&table.entries[i]))
+                .ok_or_else(|| ApiError::UnknownModel(name.to_owned()))?
+        };
         match version {
-            Some(v) if v != VERSION => Err(ApiError::UnknownVersion {
+            Some(v) if v != entry.version() => Err(ApiError::UnknownVersion {
                 model: name.to_owned(),
                 version: v.to_owned(),
+                served: entry.version(),
             }),
             _ => Ok(entry),
         }
     }
 
     /// Like [`Models::find`], and the model must be loaded.
-    pub fn ready(&self, name: &str, version: Option<&str>) -> Result<&Entry, ApiError> {
+    pub fn ready(&self, name: &str, version: Option<&str>) -> Result<Arc<Entry>, ApiError> {
         let entry = self.find(name, version)?;
         if entry.available() {
             Ok(entry)
@@ -152,7 +177,8 @@ pub struct ModelConfig {
     pub platform: String,
     pub backend: String,
     /// 1: an HTTP request carries one item (its tensors may have a leading dimension of
-    /// 1); the server forms batches from many requests.
+    /// 1); the server forms batches from many requests. 0: the model has no batch
+    /// dimension (Triton's convention), every request is one whole input.
     pub max_batch_size: u32,
     pub input: Vec<ConfigTensor>,
     pub output: Vec<ConfigTensor>,
@@ -161,8 +187,9 @@ pub struct ModelConfig {
     pub parameters: BTreeMap<String, ConfigParameter>,
 }
 
-fn metadata_tensor(spec: &TensorSpec) -> TensorMetadata {
-    let shape = std::iter::once(-1).chain(spec.shape.iter().copied());
+fn metadata_tensor(spec: &TensorSpec, batched: bool) -> TensorMetadata {
+    let batch = batched.then_some(-1);
+    let shape = batch.into_iter().chain(spec.shape.iter().copied());
     TensorMetadata {
         name: spec.name.clone(),
         datatype: datatype_name(spec.datatype).to_owned(),
@@ -185,10 +212,18 @@ fn config_tensor(spec: &TensorSpec) -> ConfigTensor {
 fn metadata_of(spec: &ModelSpec) -> ModelMetadata {
     ModelMetadata {
         name: spec.name.clone(),
-        versions: vec![VERSION.to_owned()],
+        versions: vec![spec.version.to_string()],
         platform: PLATFORM.to_owned(),
-        inputs: spec.inputs.iter().map(metadata_tensor).collect(),
-        outputs: spec.outputs.iter().map(metadata_tensor).collect(),
+        inputs: spec
+            .inputs
+            .iter()
+            .map(|t| metadata_tensor(t, spec.batched))
+            .collect(),
+        outputs: spec
+            .outputs
+            .iter()
+            .map(|t| metadata_tensor(t, spec.batched))
+            .collect(),
     }
 }
 
@@ -204,7 +239,7 @@ fn config_of(spec: &ModelSpec) -> ModelConfig {
         name: spec.name.clone(),
         platform: PLATFORM.to_owned(),
         backend: PLATFORM.to_owned(),
-        max_batch_size: 1,
+        max_batch_size: u32::from(spec.batched),
         input: spec.inputs.iter().map(config_tensor).collect(),
         output: spec.outputs.iter().map(config_tensor).collect(),
         dynamic_batching: DynamicBatching {
@@ -322,7 +357,7 @@ mod tests {
     #[test]
     fn unknown_versions_and_unloaded_models_are_told_apart() {
         let spec = crate::gpu::profiles::model("zero", "z", 1).unwrap();
-        let models = Models::new(&[spec]);
+        let models = Models::new(&[spec.clone()]);
         assert!(models.find("z", Some("1")).is_ok());
         assert_eq!(
             models.find("z", Some("2")).err().map(|e| e.kind()),

@@ -1,19 +1,24 @@
 //! Triton's model repository extension: `POST /v2/repository/index`,
 //! `POST /v2/repository/models/{model}/load` and `.../unload`.
 //!
-//! The repository is the set of models the server was configured with. Unloading a model
-//! stops the API from admitting its requests (they get `model_unavailable`, 503) and marks
-//! it unavailable in the index; its weights leave the devices when the policy next needs
-//! the pages (idle models are evicted first). Loading makes it available again. Models
-//! outside the configuration cannot be loaded (`unknown_model`, 404).
+//! The repository is every registered model plus, when the server has a model repository
+//! on disk, every model in it. Loading a registered model makes the API admit its
+//! requests again; loading a model that is only on disk registers it: it is read, checked
+//! and profiled (or its stored profile reused), then the controller takes it in, and a
+//! model that cannot be served is refused with `load_failed` (400) naming the problem
+//! while every other model keeps serving. Unloading stops the API from admitting the
+//! model's requests (`model_unavailable`, 503); its weights leave the devices when the
+//! policy next needs the pages (idle models are evicted first).
 
 use actix_web::{post, web, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
-use super::models::VERSION;
 use super::ApiState;
+use crate::actors::messages::{InferError, RegisterError, RegisterModel};
+use crate::repository::RepositoryError;
+use crate::scheduler::Refusal;
 
 /// Optional body of an index request.
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -26,7 +31,8 @@ pub struct IndexRequest {
 /// Optional body of a load or unload request.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 pub struct LoadRequest {
-    /// Triton's `config` and `file:` overrides are refused: only configured models exist.
+    /// Triton's `config` and `file:` overrides are refused: models come from the
+    /// repository as stored.
     #[serde(default)]
     #[schema(value_type = Object)]
     pub parameters: serde_json::Map<String, serde_json::Value>,
@@ -41,7 +47,7 @@ impl LoadRequest {
             .find(|k| *k == "config" || k.starts_with("file:"))
         {
             return Err(ApiError::bad_input(format!(
-                "parameter '{key}' is not supported: only the configured models can be loaded"
+                "parameter '{key}' is not supported: models are loaded from the repository as stored"
             )));
         }
         Ok(request)
@@ -77,13 +83,13 @@ pub(super) async fn index(
     body: web::Bytes,
 ) -> Result<web::Json<Vec<IndexEntry>>, ApiError> {
     let request: IndexRequest = optional_json(&body)?;
-    let entries = state
+    let mut entries: Vec<IndexEntry> = state
         .models
+        .entries()
         .iter()
-        .filter(|e| request.ready.is_none_or(|ready| e.available() == ready))
         .map(|e| IndexEntry {
             name: e.spec.name.clone(),
-            version: VERSION.to_owned(),
+            version: e.version(),
             state: if e.available() {
                 "READY"
             } else {
@@ -91,14 +97,32 @@ pub(super) async fn index(
             }
             .to_owned(),
             reason: if e.available() { "" } else { "unloaded" }.to_owned(),
-        });
-    Ok(web::Json(entries.collect()))
+        })
+        .collect();
+    entries.extend(
+        state
+            .unregistered()
+            .into_iter()
+            .map(|(name, reason)| IndexEntry {
+                name,
+                version: String::new(),
+                state: "UNAVAILABLE".to_owned(),
+                reason,
+            }),
+    );
+    entries.retain(|e| {
+        request
+            .ready
+            .is_none_or(|ready| (e.state == "READY") == ready)
+    });
+    Ok(web::Json(entries))
 }
 
-/// Makes a configured model available again.
+/// Makes a model available: again if it is registered, else registers it from the
+/// repository (reading, checking and profiling it first).
 #[utoipa::path(tag = "repository", request_body(content = Option<LoadRequest>), responses(
     (status = 200, description = "loaded"),
-    (status = 400, description = "invalid_json, bad_input", body = ErrorBody),
+    (status = 400, description = "invalid_json, bad_input, load_failed", body = ErrorBody),
     (status = 404, description = "unknown_model", body = ErrorBody),
 ))]
 #[post("/v2/repository/models/{model}/load")]
@@ -108,9 +132,67 @@ pub(super) async fn load(
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     LoadRequest::parse(&body)?;
-    state.models.find(&path, None)?.set_available(true);
-    tracing::info!(model = %path, "model loaded (admitting requests)");
+    let name = path.into_inner();
+    if let Ok(entry) = state.models.find(&name, None) {
+        entry.set_available(true);
+        tracing::info!(model = %name, "model loaded (admitting requests)");
+        return Ok(HttpResponse::Ok().finish());
+    }
+    register(&state, name).await?;
     Ok(HttpResponse::Ok().finish())
+}
+
+/// Registers model `name` from the repository; one registration at a time, so that ids
+/// reach the controller, the metrics and the model table in the same order.
+async fn register(state: &ApiState, name: String) -> Result<(), ApiError> {
+    let Some(source) = state.repository.clone() else {
+        return Err(ApiError::UnknownModel(name));
+    };
+    let _one_at_a_time = state.registering.lock().await;
+    if state.models.contains(&name) {
+        return Ok(()); // registered by a concurrent load while this one waited
+    }
+    let failed = |reason: String| ApiError::LoadFailed {
+        model: name.clone(),
+        reason,
+    };
+    let wanted = name.clone();
+    let prepared = web::block(move || source.prepare(&wanted))
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    let registration = match prepared {
+        Ok(registration) => registration,
+        Err(RepositoryError::NotFound { .. }) => return Err(ApiError::UnknownModel(name)),
+        Err(error) => {
+            state.note_refused(&name, error.to_string());
+            return Err(failed(error.to_string()));
+        }
+    };
+    let spec = registration.spec.clone();
+    let message = RegisterModel {
+        spec: registration.spec,
+        bytes: Some(registration.bytes),
+        backends: registration.backends,
+    };
+    let registered = state
+        .controller
+        .send(message)
+        .await
+        .map_err(|_| ApiError::Infer(InferError::Refused(Refusal::ShuttingDown)))?;
+    let id = match registered {
+        Ok(id) => id,
+        Err(RegisterError::Duplicate(_)) => return Ok(()),
+        Err(error) => {
+            state.note_refused(&name, error.to_string());
+            return Err(failed(error.to_string()));
+        }
+    };
+    // Series first: a request the table admits must find its metrics.
+    state.metrics.add_model(&spec);
+    state.models.add(id, spec);
+    state.note_refused(&name, String::new());
+    tracing::info!(model = %name, "model registered from the repository");
+    Ok(())
 }
 
 /// Stops admitting a model's requests.
