@@ -85,7 +85,7 @@ pub fn prepare(
         version: stored.version,
     };
     let (profile, reused_profile) =
-        profile_of(stored, &spec, &signature, settings, &batch_sizes).map_err(graph)?;
+        profile_of(stored, &spec, settings, &batch_sizes).map_err(graph)?;
     if let Some(declared) = &config.outputs {
         agree("outputs", declared, &profile.outputs).map_err(config_error)?;
     }
@@ -166,7 +166,6 @@ fn describe(tensors: &[TensorSpec]) -> String {
 fn profile_of(
     stored: &StoredModel,
     spec: &ModelSpec,
-    signature: &Signature,
     settings: &PrepareSettings,
     batch_sizes: &[u32],
 ) -> Result<(MeasuredProfile, bool), CpuError> {
@@ -179,12 +178,7 @@ fn profile_of(
     if let Some(found) = store::load(&stored.dir, &key) {
         return Ok((found.profile, true));
     }
-    let measured = profile::measure(
-        &stored.bytes,
-        spec,
-        signature.weight_bytes,
-        settings.profiling,
-    )?;
+    let measured = profile::measure(&stored.bytes, spec, settings.profiling)?;
     let record = StoredProfile {
         graph_hash: key.graph_hash,
         kind: settings.kind.clone(),

@@ -63,9 +63,13 @@ fn the_zoo_is_written_read_and_prepared() {
     let sizes: Vec<u32> = spec.profile.batches.iter().map(|b| b.batch).collect();
     assert_eq!(sizes, [1, 2, 4, 8, 16]);
     assert!(spec.profile.batches.iter().all(|b| b.latency > 0));
-    // Five plans, each with its copy of ~1.6 MB of weights.
+    // Five plans, each with its own (repacked, slightly padded) copy of ~1.6 MB of weights.
     let weights = (256 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10) * 4;
-    assert_eq!(spec.profile.weight_bytes, 5 * weights);
+    let held = spec.profile.weight_bytes;
+    assert!(
+        held >= 5 * weights && held < 5 * weights * 11 / 10,
+        "{held}"
+    );
     assert!(!prepared.reused_profile);
     // A restart reuses the stored profile.
     let again = prepare(&repository.read("mlp").unwrap(), &quick()).unwrap();

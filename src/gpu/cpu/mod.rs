@@ -110,6 +110,11 @@ impl ModelPlans {
         self.plans.first().map_or(&[], |p| p.outputs())
     }
 
+    /// Memory the plans' constants take, all plans together.
+    pub fn weight_bytes(&self) -> u64 {
+        self.plans.iter().map(Plan::weight_bytes).sum()
+    }
+
     /// The batch sizes planned.
     pub fn batches(&self) -> impl Iterator<Item = u32> + '_ {
         self.plans.iter().map(|p| p.batch)

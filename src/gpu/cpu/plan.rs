@@ -40,6 +40,9 @@ pub struct Plan {
     inputs: Vec<(TensorSpec, DatumType)>,
     /// Outputs of one item, as the compiled graph gives them.
     outputs: Vec<TensorSpec>,
+    /// Bytes of the constants the optimised graph holds (weights, repacked for its
+    /// kernels): the memory a LOAD of this plan takes.
+    weight_bytes: u64,
     runnable: Arc<Runnable>,
 }
 
@@ -69,6 +72,7 @@ impl Plan {
             let fact = optimized.output_fact(j).map_err(failed)?;
             outputs.push(item_output(name, fact, request.batched, batch)?);
         }
+        let weight_bytes = constant_bytes(&optimized);
         let options = PlanOptions {
             executor: request.executor.cloned(),
             ..PlanOptions::default()
@@ -81,6 +85,7 @@ impl Plan {
             batched: request.batched,
             inputs,
             outputs,
+            weight_bytes,
             runnable: Arc::new(runnable),
         })
     }
@@ -88,6 +93,11 @@ impl Plan {
     /// Outputs of one item.
     pub fn outputs(&self) -> &[TensorSpec] {
         &self.outputs
+    }
+
+    /// Memory the plan's constants take.
+    pub fn weight_bytes(&self) -> u64 {
+        self.weight_bytes
     }
 
     /// Runs `items` (at most `self.batch` of them) and returns each item's outputs.
@@ -159,6 +169,18 @@ impl Plan {
         }
         Ok(tensor)
     }
+}
+
+/// Bytes of every constant of an optimised graph, packed payloads included.
+fn constant_bytes(model: &TypedModel) -> u64 {
+    model
+        .nodes()
+        .iter()
+        .filter(|n| n.op_is::<tract_onnx::tract_core::ops::konst::Const>())
+        .filter_map(|n| n.outputs.first())
+        .filter_map(|o| o.fact.mem_size().to_i64().ok())
+        .map(|b| b as u64)
+        .sum()
 }
 
 /// The shape tract runs: the item's, after a batch dimension if the graph has one.

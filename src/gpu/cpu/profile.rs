@@ -53,8 +53,8 @@ pub struct MeasuredProfile {
     /// Time to build every plan (a LOAD), in nanoseconds.
     pub load: Summary,
     pub batches: Vec<BatchProfile>,
-    /// Memory the plans hold: the graph's weights once per plan, since each plan keeps
-    /// its own (repacked) copy.
+    /// Memory the plans hold: the constants of every optimised plan (each keeps its own
+    /// copy of the weights, repacked for its kernels, and folded constants count too).
     pub weight_bytes: u64,
     /// Outputs of one item, as the compiled graph gives them.
     pub outputs: Vec<TensorSpec>,
@@ -82,7 +82,6 @@ impl MeasuredProfile {
 pub fn measure(
     bytes: &[u8],
     spec: &ModelSpec,
-    graph_weight_bytes: u64,
     settings: ProfileSettings,
 ) -> Result<MeasuredProfile, CpuError> {
     let executor = super::executor(settings.threads);
@@ -114,7 +113,7 @@ pub fn measure(
     Ok(MeasuredProfile {
         load: Summary::of(&load_samples).expect("at least one load"),
         batches,
-        weight_bytes: graph_weight_bytes * sizes.len() as u64,
+        weight_bytes: plans.weight_bytes(),
         outputs: plans.outputs().to_vec(),
     })
 }

@@ -1,0 +1,143 @@
+//! The cpu backend through the real actors (controller, executors on their own threads,
+//! model cache) on the built-in zoo: outputs equal tract run directly, memory is counted
+//! in pages and never exceeds a device's capacity, and models that cannot be served are
+//! refused one by one while the others serve.
+
+mod cpu_support;
+
+use clockwork::actors::messages::SnapshotExecutor;
+use clockwork::events::Event;
+use clockwork::repository::zoo;
+use clockwork::tensor::Tensor;
+use cpu_support::{assert_close, config, from_tract, infer, start, tract_direct, values, TempDir};
+use tract_onnx::prelude::Tensor as TractTensor;
+
+const MIB: u64 = 1 << 20;
+
+/// Item shape of each zoo model's input.
+fn item_shape(model: &str) -> Vec<usize> {
+    match model {
+        "mlp" => vec![256],
+        "cnn" => vec![3, 32, 32],
+        _ => vec![3, 64, 64],
+    }
+}
+
+fn item(model: &str, seed: u64) -> Tensor {
+    let shape = item_shape(model);
+    let count = shape.iter().product();
+    Tensor::from_f32("input", shape, &values(count, seed))
+}
+
+#[actix_web::test]
+async fn served_outputs_equal_tract_run_directly() {
+    let root = TempDir::new("cpu-equal");
+    zoo::write_missing(root.path()).unwrap();
+    let runtime = start(&config(root.path(), 2, 64, 16 * MIB));
+    let mut largest_batch = 0;
+    for &model in zoo::MODELS {
+        // Concurrent requests, so that the controller forms batches of several.
+        let requests: Vec<_> = (0..12u64)
+            .map(|seed| {
+                let inputs = vec![item(model, seed)];
+                let runtime = &runtime;
+                async move { infer(runtime, model, inputs).await }
+            })
+            .collect();
+        let answers = futures_util::future::join_all(requests).await;
+        let onnx = root.path().join(model).join("1/model.onnx");
+        for (seed, answer) in answers.into_iter().enumerate() {
+            assert!(!answer.emulated, "{model}: the cpu backend computes");
+            largest_batch = largest_batch.max(answer.timing.batch);
+            let input = item(model, seed as u64);
+            let mut shape = vec![1];
+            shape.extend(&input.shape);
+            let direct = TractTensor::from_shape(&shape, &input.to_f32().unwrap()).unwrap();
+            let want = tract_direct(&onnx, &[&direct]);
+            let mut want = from_tract("output", &want[0]);
+            want.shape.remove(0);
+            assert_eq!(answer.outputs[0].shape, want.shape, "{model}");
+            let what = format!("{model} request {seed} (batch {})", answer.timing.batch);
+            assert_close(&what, &answer.outputs[0], &want, 1e-4, 1e-5);
+        }
+    }
+    // The requests queue behind the cold loads, so batches of several items were checked.
+    assert!(largest_batch > 1, "only batches of {largest_batch} formed");
+    runtime.shutdown().await;
+}
+
+#[actix_web::test]
+async fn loads_beyond_capacity_evict_and_never_overfill_a_device() {
+    let root = TempDir::new("cpu-evict");
+    zoo::write_missing(root.path()).unwrap();
+    // 1 MiB pages: mlp takes 8, cnn 6, resnet 3; the one device has 12, so mlp and cnn
+    // never fit together.
+    let runtime = start(&config(root.path(), 1, 12, MIB));
+    let pages: Vec<u32> = runtime
+        .models
+        .iter()
+        .map(|m| m.profile.pages(MIB))
+        .collect();
+    assert_eq!(pages.len(), 3, "every zoo model registered");
+    assert!(pages.iter().all(|&p| p <= 12), "{pages:?}");
+    let mut events = runtime.events.subscribe();
+    for round in 0..3u64 {
+        for &model in &["mlp", "cnn", "resnet"] {
+            let answer = infer(&runtime, model, vec![item(model, round)]).await;
+            assert!(!answer.outputs.is_empty());
+            let snapshot = runtime.executors[0].send(SnapshotExecutor).await.unwrap();
+            assert!(
+                snapshot.pages_used <= snapshot.pages,
+                "{} of {} pages used",
+                snapshot.pages_used,
+                snapshot.pages
+            );
+        }
+    }
+    let mut unloads = 0;
+    while let Ok(event) = events.try_recv() {
+        if let Event::ActionDone(done) = event {
+            unloads += usize::from(done.kind == "unload" && done.error.is_none());
+        }
+    }
+    assert!(
+        unloads >= 2,
+        "mlp and cnn alternate: evictions expected, saw {unloads}"
+    );
+    runtime.shutdown().await;
+}
+
+#[actix_web::test]
+async fn models_that_cannot_be_served_are_refused_and_the_others_serve() {
+    let root = TempDir::new("cpu-refuse");
+    zoo::write_missing(root.path()).unwrap();
+    let garbage = root.path().join("garbage/1");
+    std::fs::create_dir_all(&garbage).unwrap();
+    std::fs::write(garbage.join("model.onnx"), b"not a model").unwrap();
+    // 5 pages of 1 MiB: resnet (3) fits, cnn (6) and mlp (8) do not.
+    let runtime = start(&config(root.path(), 1, 5, MIB));
+    let served: Vec<&str> = runtime.models.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(served, ["resnet"]);
+    let reason = |name: &str| {
+        runtime
+            .refused
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, r)| r.clone())
+            .unwrap_or_else(|| panic!("{name} should be refused: {:?}", runtime.refused))
+    };
+    assert!(reason("mlp").contains("needs 8 pages"), "{}", reason("mlp"));
+    assert!(
+        reason("cnn").contains("more than any device"),
+        "{}",
+        reason("cnn")
+    );
+    assert!(
+        reason("garbage").contains("not an ONNX model"),
+        "{}",
+        reason("garbage")
+    );
+    let answer = infer(&runtime, "resnet", vec![item("resnet", 1)]).await;
+    assert_eq!(answer.outputs[0].shape, vec![10]);
+    runtime.shutdown().await;
+}

@@ -1,0 +1,155 @@
+//! Shared by the tests of the cpu backend: temporary repositories, runtimes with cpu
+//! devices in real time, and tract run directly as the reference.
+
+#![allow(dead_code)] // each test file uses its own part
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clockwork::actors::messages::{Infer, Inferred};
+use clockwork::actors::{Placement, Runtime, RuntimeBuilder};
+use clockwork::config::Config;
+use clockwork::model::DataType;
+use clockwork::tensor::Tensor;
+use clockwork::time::Clock;
+use tract_onnx::prelude::*;
+
+/// A fresh directory under the system's temporary directory, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        let name = format!("clockwork-{tag}-{}", std::process::id());
+        let path = std::env::temp_dir().join(name);
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create temporary directory");
+        Self(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A configuration with `devices` cpu devices of `pages` pages of `page_bytes`, serving
+/// the repository at `root` (profiled briefly: these tests check outputs, not timing).
+pub fn config(root: &Path, devices: u32, pages: u32, page_bytes: u64) -> String {
+    format!(
+        r#"
+[policy]
+page_bytes = {page_bytes}
+default_slo = "10s"
+
+[[devices]]
+backend = "cpu"
+count = {devices}
+pages = {pages}
+
+[repository]
+path = "{}"
+profile_runs = 2
+profile_warmup = 1
+"#,
+        root.display()
+    )
+}
+
+/// Starts the runtime of `config` on threads of its own (real time: real devices).
+pub fn start(config: &str) -> Runtime {
+    let config = Config::parse(config).expect("test configuration");
+    RuntimeBuilder::from_config(Clock::start(), &config)
+        .expect("runtime")
+        .placement(Placement::Threads)
+        .start()
+        .expect("start")
+}
+
+/// One request through the controller, which must succeed.
+pub async fn infer(runtime: &Runtime, model: &str, inputs: Vec<Tensor>) -> Inferred {
+    let infer = Infer {
+        model: model.into(),
+        inputs,
+        slo: None,
+    };
+    match runtime.controller.send(infer).await.expect("controller") {
+        Ok(inferred) => inferred,
+        Err(error) => panic!("{model}: {error}"),
+    }
+}
+
+/// A tensor of our kind from a tract tensor (raw little-endian bytes).
+pub fn from_tract(name: &str, tensor: &tract_onnx::prelude::Tensor) -> Tensor {
+    let datatype = clockwork::gpu::cpu::plan::data_type(tensor.datum_type())
+        .unwrap_or_else(|| panic!("{name}: type {:?}", tensor.datum_type()));
+    Tensor {
+        name: name.into(),
+        datatype,
+        shape: tensor.shape().to_vec(),
+        data: tensor.as_bytes().to_vec().into(),
+    }
+}
+
+/// Runs `model.onnx` with tract directly, outside the runtime: the reference.
+pub fn tract_direct(
+    model: &Path,
+    inputs: &[&tract_onnx::prelude::Tensor],
+) -> Vec<Arc<tract_onnx::prelude::Tensor>> {
+    let mut graph = tract_onnx::onnx()
+        .model_for_path(model)
+        .expect("tract reads the model");
+    for (i, input) in inputs.iter().enumerate() {
+        let fact = InferenceFact::dt_shape(input.datum_type(), input.shape());
+        graph = graph.with_input_fact(i, fact).expect("input fact");
+    }
+    let plan = graph
+        .into_optimized()
+        .expect("optimise")
+        .into_runnable()
+        .expect("plan");
+    let values = inputs.iter().map(|t| (*t).clone().into_tvalue()).collect();
+    let outputs = plan.run(values).expect("tract runs the model");
+    outputs.into_iter().map(|v| v.into_arc_tensor()).collect()
+}
+
+/// Element-wise `|got - want| <= atol + rtol * |want|` over f32 data.
+pub fn assert_close(what: &str, got: &Tensor, want: &Tensor, rtol: f32, atol: f32) {
+    assert_eq!(got.datatype, want.datatype, "{what}: datatype");
+    assert_eq!(got.elements(), want.elements(), "{what}: elements");
+    if got.datatype != DataType::Fp32 {
+        assert_eq!(got.data, want.data, "{what}: data");
+        return;
+    }
+    let (got, want) = (got.to_f32().unwrap(), want.to_f32().unwrap());
+    let worst = got
+        .iter()
+        .zip(&want)
+        .map(|(g, w)| (g - w).abs() - rtol * w.abs())
+        .fold(f32::MIN, f32::max);
+    assert!(
+        worst <= atol,
+        "{what}: outputs differ by {worst} beyond tolerance (first values {:?} vs {:?})",
+        &got[..got.len().min(4)],
+        &want[..want.len().min(4)]
+    );
+}
+
+/// Deterministic pseudo-random f32 values in [-1, 1).
+pub fn values(count: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..count)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
