@@ -3,6 +3,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -45,43 +46,41 @@ fn status(address: &str, path: &str) -> u16 {
     code.parse().expect("numeric status")
 }
 
-#[test]
-fn serves_health_and_exits_cleanly_on_sigterm() {
-    let config = std::env::temp_dir().join(format!("clockwork-serve-{}.toml", std::process::id()));
-    std::fs::write(&config, CONFIG).unwrap();
+/// Starts `clockwork serve` with `args` in `cwd`; returns it with the address it
+/// announced and its log up to then (read on a thread, so a silent server fails the test
+/// instead of hanging it).
+fn spawn(args: &[&str], cwd: &Path) -> (Server, String, Vec<String>) {
     let child = Command::new(env!("CARGO_BIN_EXE_clockwork"))
-        .args(["serve", "--config"])
-        .arg(&config)
+        .arg("serve")
+        .args(args)
+        .current_dir(cwd)
         .env("RUST_LOG", "info")
         .stderr(Stdio::piped())
         .spawn()
         .expect("start clockwork serve");
     let mut server = Server(child);
-
-    // The log line "listening address=..." names the port; read the log on a thread so a
-    // silent server fails the test instead of hanging it.
     let stderr = server.0.stderr.take().unwrap();
-    let (found, address) = mpsc::channel();
+    let (lines, log) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(rest) = line.split("address=").nth(1) {
-                let _ = found.send(
-                    rest.split_whitespace()
-                        .next()
-                        .unwrap_or_default()
-                        .to_owned(),
-                );
-            }
+            let _ = lines.send(line);
         }
     });
-    let address = address
-        .recv_timeout(Duration::from_secs(30))
-        .expect("server announces its address");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut startup = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = log.recv_timeout(left).expect("server announces its address");
+        if let Some(rest) = line.split("address=").nth(1) {
+            let address = rest.split_whitespace().next().unwrap_or_default().to_owned();
+            return (server, address, startup);
+        }
+        startup.push(line);
+    }
+}
 
-    assert_eq!(status(&address, "/v2/health/live"), 200);
-    assert_eq!(status(&address, "/v2/health/ready"), 200);
-    assert_eq!(status(&address, "/v2/nothing-here"), 404);
-
+/// SIGTERM, then the exit status must be 0.
+fn terminate(mut server: Server) {
     let pid = server.0.id().to_string();
     let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     assert!(killed.success());
@@ -97,5 +96,94 @@ fn serves_health_and_exits_cleanly_on_sigterm() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(exit.success(), "clean shutdown exits 0, got {exit}");
+}
+
+#[test]
+fn serves_health_and_exits_cleanly_on_sigterm() {
+    let config = std::env::temp_dir().join(format!("clockwork-serve-{}.toml", std::process::id()));
+    std::fs::write(&config, CONFIG).unwrap();
+    let path = config.to_str().unwrap();
+    let (server, address, _log) = spawn(&["--config", path], &std::env::temp_dir());
+    assert_eq!(status(&address, "/v2/health/live"), 200);
+    assert_eq!(status(&address, "/v2/health/ready"), 200);
+    assert_eq!(status(&address, "/v2/nothing-here"), 404);
+    terminate(server);
     let _ = std::fs::remove_file(config);
+}
+
+/// POSTs a JSON body; answers the status and the parsed JSON answer.
+fn post_json(address: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
+    let mut stream = TcpStream::connect(address).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let code = response.split_whitespace().nth(1).expect("status line");
+    let json = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    (
+        code.parse().expect("numeric status"),
+        serde_json::from_str(json).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+/// The README's first command: `clockwork serve` on the repository's config.toml, on a
+/// fresh directory, writes the zoo, profiles it and serves real outputs over HTTP (equal
+/// to tract's, run here directly); a restart reuses the stored profiles.
+#[test]
+fn the_default_config_serves_the_zoo_with_real_outputs() {
+    let cwd = std::env::temp_dir().join(format!("clockwork-default-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cwd);
+    std::fs::create_dir_all(&cwd).unwrap();
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.toml");
+    let args = ["--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0"];
+    let (server, address, _log) = spawn(&args, &cwd);
+    let input: Vec<f32> = (0..256).map(|i| (i as f32 / 128.0) - 1.0).collect();
+    let body = serde_json::json!({
+        "inputs": [{"name": "input", "shape": [1, 256], "datatype": "FP32", "data": input}]
+    });
+    let (code, answer) = post_json(&address, "/v2/models/mlp/infer", &body.to_string());
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(answer["parameters"]["emulated"], false, "{answer}");
+    let served: Vec<f32> = answer["outputs"][0]["data"]
+        .as_array()
+        .expect("output data")
+        .iter()
+        .map(|v| v.as_f64().unwrap() as f32)
+        .collect();
+    let direct = tract_mlp(&cwd.join("models/mlp/1/model.onnx"), &input);
+    assert_eq!(served.len(), 10);
+    for (s, d) in served.iter().zip(&direct) {
+        assert!((s - d).abs() <= 1e-5 + 1e-4 * d.abs(), "{served:?} vs {direct:?}");
+    }
+    terminate(server);
+
+    let (server, _, startup) = spawn(&args, &cwd);
+    let stored = startup
+        .iter()
+        .filter(|line| line.contains("model registered") && line.contains("stored"))
+        .count();
+    assert_eq!(stored, 3, "the restart reuses the three stored profiles");
+    terminate(server);
+    let _ = std::fs::remove_dir_all(&cwd);
+}
+
+/// The zoo's mlp run by tract directly on one item.
+fn tract_mlp(model: &Path, input: &[f32]) -> Vec<f32> {
+    use tract_onnx::prelude::*;
+    let plan = tract_onnx::onnx()
+        .model_for_path(model)
+        .and_then(|m| m.with_input_fact(0, f32::fact([1, 256]).into()))
+        .and_then(|m| m.into_optimized())
+        .and_then(|m| m.into_runnable())
+        .expect("tract plans the mlp");
+    let x = tract_ndarray::Array2::from_shape_vec((1, 256), input.to_vec()).unwrap();
+    let out = plan.run(tvec!(Tensor::from(x).into())).expect("tract runs");
+    out[0].as_slice::<f32>().unwrap().to_vec()
 }
