@@ -70,9 +70,15 @@ fn spawn(args: &[&str], cwd: &Path) -> (Server, String, Vec<String>) {
     let mut startup = Vec::new();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let line = log.recv_timeout(left).expect("server announces its address");
+        let line = log
+            .recv_timeout(left)
+            .expect("server announces its address");
         if let Some(rest) = line.split("address=").nth(1) {
-            let address = rest.split_whitespace().next().unwrap_or_default().to_owned();
+            let address = rest
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
             return (server, address, startup);
         }
         startup.push(line);
@@ -142,7 +148,12 @@ fn the_default_config_serves_the_zoo_with_real_outputs() {
     let _ = std::fs::remove_dir_all(&cwd);
     std::fs::create_dir_all(&cwd).unwrap();
     let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.toml");
-    let args = ["--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0"];
+    let args = [
+        "--config",
+        config.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+    ];
     let (server, address, _log) = spawn(&args, &cwd);
     let input: Vec<f32> = (0..256).map(|i| (i as f32 / 128.0) - 1.0).collect();
     let body = serde_json::json!({
@@ -160,7 +171,10 @@ fn the_default_config_serves_the_zoo_with_real_outputs() {
     let direct = tract_mlp(&cwd.join("models/mlp/1/model.onnx"), &input);
     assert_eq!(served.len(), 10);
     for (s, d) in served.iter().zip(&direct) {
-        assert!((s - d).abs() <= 1e-5 + 1e-4 * d.abs(), "{served:?} vs {direct:?}");
+        assert!(
+            (s - d).abs() <= 1e-5 + 1e-4 * d.abs(),
+            "{served:?} vs {direct:?}"
+        );
     }
     terminate(server);
 

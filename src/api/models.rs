@@ -357,7 +357,7 @@ mod tests {
     #[test]
     fn unknown_versions_and_unloaded_models_are_told_apart() {
         let spec = crate::gpu::profiles::model("zero", "z", 1).unwrap();
-        let models = Models::new(&[spec.clone()]);
+        let models = Models::new(std::slice::from_ref(&spec));
         assert!(models.find("z", Some("1")).is_ok());
         assert_eq!(
             models.find("z", Some("2")).err().map(|e| e.kind()),

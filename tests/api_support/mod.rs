@@ -65,10 +65,17 @@ pub fn typed_model() -> ModelSpec {
 
 /// Starts the runtime and the API with `settings`.
 pub async fn start(settings: ApiSettings) -> TestServer {
-    let config = Config::parse(CONFIG).expect("test config");
-    let runtime = RuntimeBuilder::from_config(Clock::start(), &config)
-        .expect("runtime")
-        .model(typed_model())
+    start_with(CONFIG, vec![typed_model()], settings).await
+}
+
+/// Starts the runtime of configuration text `config` plus `models`, and the API.
+pub async fn start_with(config: &str, models: Vec<ModelSpec>, settings: ApiSettings) -> TestServer {
+    let config = Config::parse(config).expect("test config");
+    let mut builder = RuntimeBuilder::from_config(Clock::start(), &config).expect("runtime");
+    for model in models {
+        builder = builder.model(model);
+    }
+    let runtime = builder
         .placement(Placement::Threads)
         .start()
         .expect("start");
