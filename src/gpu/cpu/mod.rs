@@ -121,11 +121,11 @@ impl ModelPlans {
     }
 
     /// Runs one batch on the smallest plan that holds it.
-    pub fn run(&mut self, items: &[&[Tensor]]) -> Result<BatchOutputs, CpuError> {
+    pub fn run(&self, items: &[&[Tensor]]) -> Result<BatchOutputs, CpuError> {
         let n = items.len() as u32;
         let plan = self
             .plans
-            .iter_mut()
+            .iter()
             .find(|p| p.batch >= n)
             .ok_or_else(|| CpuError::Run(format!("no plan holds a batch of {n}")))?;
         plan.run(items)
@@ -180,7 +180,7 @@ impl BlockingDevice for CpuDevice {
     fn infer(&mut self, job: &InferJob) -> Result<BatchOutputs, DeviceError> {
         let plans = self
             .loaded
-            .get_mut(&job.model)
+            .get(&job.model)
             .ok_or(DeviceError::NotLoaded(job.model))?;
         let items: Vec<&[Tensor]> = job.inputs.iter().map(|i| i.as_slice()).collect();
         Ok(plans.run(&items)?)

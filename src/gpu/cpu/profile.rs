@@ -92,7 +92,7 @@ pub fn measure(
         plans = Some(ModelPlans::compile(bytes, spec, executor.as_ref())?);
         load_samples.push(nanos(begin.elapsed()) as f64);
     }
-    let mut plans = plans.expect("at least one load");
+    let plans = plans.expect("at least one load");
     let item = sample_item(&spec.inputs);
     let mut batches = Vec::new();
     let sizes: Vec<u32> = plans.batches().collect();

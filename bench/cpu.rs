@@ -1,0 +1,308 @@
+//! The cpu backend's predictability on this machine, in two parts.
+//!
+//! 1. Execution time: for each zoo model and allowed batch size, the plans a LOAD builds
+//!    run `runs` times on one thread (single-threaded tract, as a cpu device runs them):
+//!    p50, p99, p99/p50 and the coefficient of variation.
+//! 2. Prediction error in a served run: two cpu devices behind the real controller, a
+//!    Poisson stream at `rate` requests/s spread evenly over the zoo for `seconds`; for
+//!    every INFER the controller planned, measured minus planned duration (the planned
+//!    one is the policy's estimate: the p99 of a sliding window of measurements).
+//!
+//! `cargo bench --bench cpu -- [runs] [rate] [seconds]` (defaults 200, 300, 20).
+//! Markdown tables go to stdout, the numbers as JSON to target/bench-cpu.json.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use clockwork::actors::messages::{InferResult, Submit};
+use clockwork::actors::{Placement, RuntimeBuilder};
+use clockwork::config::Config;
+use clockwork::events::Event;
+use clockwork::gpu::cpu::profile::sample_item;
+use clockwork::gpu::cpu::ModelPlans;
+use clockwork::model::ModelSpec;
+use clockwork::repository::{zoo, PrepareSettings, Repository, RepositorySource};
+use clockwork::stats::Summary;
+use clockwork::tensor::Tensor;
+use clockwork::time::{nanos, Clock};
+use clockwork::workload::{self, WorkloadKind, WorkloadParams};
+use serde::Serialize;
+
+#[derive(Serialize)]
+struct ExecRow {
+    model: String,
+    batch: u32,
+    /// Nanoseconds.
+    latency: Summary,
+}
+
+#[derive(Serialize)]
+struct PredictionRow {
+    model: String,
+    infers: usize,
+    /// Measured minus planned, nanoseconds.
+    error: Summary,
+    /// Measured durations, nanoseconds.
+    measured: Summary,
+}
+
+#[derive(Serialize)]
+struct Served {
+    rate: f64,
+    seconds: u64,
+    offered: usize,
+    ok: usize,
+    late: usize,
+    refused: usize,
+    failed: usize,
+    rows: Vec<PredictionRow>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let runs: u32 = args.first().map_or(Ok(200), |a| a.parse())?;
+    let rate: f64 = args.get(1).map_or(Ok(300.0), |a| a.parse())?;
+    let seconds: u64 = args.get(2).map_or(Ok(20), |a| a.parse())?;
+    let root = std::env::temp_dir().join(format!("clockwork-bench-cpu-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    zoo::write_missing(&root)?;
+
+    let specs = prepare(&root)?;
+    let exec = execution_times(&root, &specs, runs)?;
+    print_exec(&exec, runs);
+    let served = served_run(&root, rate, seconds)?;
+    print_served(&served);
+
+    let json = serde_json::json!({ "runs": runs, "execution": exec, "served": served });
+    std::fs::create_dir_all("target")?;
+    std::fs::write(
+        "target/bench-cpu.json",
+        serde_json::to_string_pretty(&json)?,
+    )?;
+    let _ = std::fs::remove_dir_all(&root);
+    Ok(())
+}
+
+/// The zoo's specs, as registration makes them (a short profile: part 1 measures).
+fn prepare(root: &std::path::Path) -> anyhow::Result<Vec<ModelSpec>> {
+    let source = RepositorySource {
+        repository: Repository::new(root),
+        settings: PrepareSettings {
+            default_slo: Duration::from_millis(100),
+            kind: "cpu".into(),
+            profiling: clockwork::gpu::cpu::profile::ProfileSettings {
+                runs: 3,
+                warmup: 1,
+                ..Default::default()
+            },
+        },
+    };
+    zoo::MODELS
+        .iter()
+        .map(|m| Ok(source.prepare(m)?.spec))
+        .collect()
+}
+
+/// Part 1: every plan of every model, `runs` times, on a thread of its own.
+fn execution_times(
+    root: &std::path::Path,
+    specs: &[ModelSpec],
+    runs: u32,
+) -> anyhow::Result<Vec<ExecRow>> {
+    let mut rows = Vec::new();
+    for spec in specs {
+        let bytes = std::fs::read(root.join(&spec.name).join("1/model.onnx"))?;
+        let spec = spec.clone();
+        let measured = std::thread::spawn(move || -> anyhow::Result<Vec<ExecRow>> {
+            let plans = ModelPlans::compile(&bytes, &spec, None)?;
+            let item = sample_item(&spec.inputs);
+            let mut rows = Vec::new();
+            for batch in plans.batches().collect::<Vec<_>>() {
+                let items: Vec<&[Tensor]> = (0..batch).map(|_| item.as_slice()).collect();
+                for _ in 0..10 {
+                    plans.run(&items)?;
+                }
+                let mut samples = Vec::with_capacity(runs as usize);
+                for _ in 0..runs {
+                    let begin = Instant::now();
+                    plans.run(&items)?;
+                    samples.push(nanos(begin.elapsed()) as f64);
+                }
+                let latency = Summary::of(&samples).expect("runs > 0");
+                rows.push(ExecRow {
+                    model: spec.name.clone(),
+                    batch,
+                    latency,
+                });
+            }
+            Ok(rows)
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("measuring thread panicked"))??;
+        rows.extend(measured);
+    }
+    Ok(rows)
+}
+
+fn config(root: &std::path::Path) -> String {
+    format!(
+        r#"
+[[devices]]
+backend = "cpu"
+count = 2
+pages = 64
+
+[repository]
+path = "{}"
+"#,
+        root.display()
+    )
+}
+
+/// Part 2: a Poisson stream through the real actors on two cpu devices.
+fn served_run(root: &std::path::Path, rate: f64, seconds: u64) -> anyhow::Result<Served> {
+    let config = Config::parse(&config(root))?;
+    actix_rt::System::new().block_on(async move {
+        let clock = Clock::start();
+        let runtime = RuntimeBuilder::from_config(clock, &config)?
+            .placement(Placement::Threads)
+            .start()?;
+        let names: Vec<String> = runtime.models.iter().map(|m| m.name.clone()).collect();
+        let inputs: Vec<std::sync::Arc<Vec<Tensor>>> = runtime
+            .models
+            .iter()
+            .map(|m| std::sync::Arc::new(sample_item(&m.inputs)))
+            .collect();
+        let mut events = runtime.events.subscribe();
+        let params = WorkloadParams {
+            models: names.len() as u32,
+            rate,
+            duration: seconds * 1_000_000_000,
+            seed: 1,
+            popularity: 0.0,
+            ..WorkloadParams::default()
+        };
+        let mut stream = workload::open(&WorkloadKind::Poisson, &params)?;
+        let start = clock.now();
+        let mut answers = Vec::new();
+        while let Some(arrival) = stream.next_arrival() {
+            tokio::time::sleep_until(clock.instant(start + arrival.at)).await;
+            let (reply, answer) = tokio::sync::oneshot::channel::<InferResult>();
+            let model = arrival.model as usize;
+            runtime.controller.do_send(Submit {
+                model: names[model].clone(),
+                inputs: std::sync::Arc::clone(&inputs[model]),
+                slo: None,
+                reply,
+            });
+            answers.push(answer);
+        }
+        let offered = answers.len();
+        let (mut ok, mut late, mut refused, mut failed) = (0, 0, 0, 0);
+        for answer in answers {
+            match answer.await {
+                Ok(Ok(inferred)) if inferred.late => late += 1,
+                Ok(Ok(_)) => ok += 1,
+                Ok(Err(clockwork::actors::messages::InferError::Refused(_))) => refused += 1,
+                _ => failed += 1,
+            }
+        }
+        let mut errors: BTreeMap<String, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+        while let Ok(event) = events.try_recv() {
+            let Event::ActionDone(done) = event else {
+                continue;
+            };
+            let Some(measured) = done.measured.filter(|_| done.kind == "infer") else {
+                continue;
+            };
+            let name = names[done.model.0 as usize].clone();
+            let entry = errors.entry(name).or_default();
+            entry
+                .0
+                .push(measured.duration as f64 - done.expected as f64);
+            entry.1.push(measured.duration as f64);
+        }
+        runtime.shutdown().await;
+        let mut rows: Vec<PredictionRow> = errors
+            .iter()
+            .map(|(model, (error, measured))| PredictionRow {
+                model: model.clone(),
+                infers: error.len(),
+                error: Summary::of(error).expect("non-empty"),
+                measured: Summary::of(measured).expect("non-empty"),
+            })
+            .collect();
+        let all_errors: Vec<f64> = errors.values().flat_map(|(e, _)| e.clone()).collect();
+        let all_measured: Vec<f64> = errors.values().flat_map(|(_, m)| m.clone()).collect();
+        if let (Some(error), Some(measured)) =
+            (Summary::of(&all_errors), Summary::of(&all_measured))
+        {
+            rows.push(PredictionRow {
+                model: "all".into(),
+                infers: all_errors.len(),
+                error,
+                measured,
+            });
+        }
+        Ok(Served {
+            rate,
+            seconds,
+            offered,
+            ok,
+            late,
+            refused,
+            failed,
+            rows,
+        })
+    })
+}
+
+fn ms(nanos: f64) -> String {
+    format!("{:.3}", nanos / 1e6)
+}
+
+fn print_exec(rows: &[ExecRow], runs: u32) {
+    println!("## Execution time on this CPU ({runs} runs per batch size, one thread)\n");
+    println!("| model | batch | p50 ms | p99 ms | p99/p50 | CV |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for r in rows {
+        let l = &r.latency;
+        println!(
+            "| {} | {} | {} | {} | {:.2} | {:.3} |",
+            r.model,
+            r.batch,
+            ms(l.p50),
+            ms(l.p99),
+            l.p99 / l.p50,
+            l.cv
+        );
+    }
+}
+
+fn print_served(s: &Served) {
+    println!(
+        "\n## Served run: {} req/s Poisson over the zoo for {} s on 2 cpu devices\n",
+        s.rate, s.seconds
+    );
+    println!(
+        "offered {}, ok {}, late {}, refused {}, failed {}\n",
+        s.offered, s.ok, s.late, s.refused, s.failed
+    );
+    println!("| model | INFERs | measured p50 ms | error p50 ms | error p99 ms | error max ms | p99 error / p50 measured |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    for r in &s.rows {
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {:.2} |",
+            r.model,
+            r.infers,
+            ms(r.measured.p50),
+            ms(r.error.p50),
+            ms(r.error.p99),
+            ms(r.error.max),
+            r.error.p99 / r.measured.p50
+        );
+    }
+}
