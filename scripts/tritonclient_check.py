@@ -62,7 +62,32 @@ def main():
         assert "unknown model" in str(error), str(error)
     else:
         raise AssertionError("unknown model was answered")
-    print("tritonclient check passed: health, metadata, config, JSON and binary inference")
+    check_real_model(client)
+    print("tritonclient check passed: health, metadata, config, JSON and binary inference,"
+          " real inference on the cpu backend")
+
+
+def check_real_model(client):
+    """The zoo's cnn, registered from the repository by the client, on a cpu device:
+    real outputs (a softmax), batch dimension -1."""
+    assert not client.is_model_ready("cnn"), "cnn is only on disk until loaded"
+    client.load_model("cnn")
+    assert client.is_model_ready("cnn"), "cnn ready once loaded"
+    model = client.get_model_metadata("cnn")
+    assert model["inputs"][0]["shape"] == [-1, 3, 32, 32], model
+    data = np.random.default_rng(1).random((1, 3, 32, 32), dtype=np.float32)
+    inputs = [httpclient.InferInput("input", [1, 3, 32, 32], "FP32")]
+    inputs[0].set_data_from_numpy(data, binary_data=True)
+    result = client.infer("cnn", inputs)
+    scores = result.as_numpy("output")
+    assert scores.shape == (1, 10), scores.shape
+    assert abs(float(scores.sum()) - 1.0) < 1e-4, scores
+    assert result.get_response()["parameters"]["emulated"] is False, result.get_response()
+    # Different inputs, different answers: it is computed, not emulated.
+    zeros = httpclient.InferInput("input", [1, 3, 32, 32], "FP32")
+    zeros.set_data_from_numpy(np.zeros_like(data))
+    other = client.infer("cnn", [zeros]).as_numpy("output")
+    assert not np.allclose(scores, other), (scores, other)
 
 
 if __name__ == "__main__":

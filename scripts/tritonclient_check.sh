@@ -29,9 +29,16 @@ profile = "v100"
 [[models]]
 name = "mlp"
 profile = "mlp-small"
+[[devices]]
+backend = "cpu"
+[repository]
+path = "models"
+generate_zoo = true
+load_all = false
+profile_runs = 3
 TOML
 
-RUST_LOG=info target/debug/clockwork serve --config "$work/config.toml" 2> "$work/log" &
+(cd "$work" && RUST_LOG=info exec "$OLDPWD/target/debug/clockwork" serve --config config.toml) 2> "$work/log" &
 server_pid=$!
 address=
 for _ in $(seq 1 100); do

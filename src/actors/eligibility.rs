@@ -1,9 +1,11 @@
 //! Which devices may hold a model, decided once when it is registered.
 //!
-//! A model may name the backends that serve it; a `cpu` device needs the model's real
-//! graph (a built-in profile has none: only emulated devices can serve it); and its
-//! weights must fit the device's memory. A model no device may hold is refused with the
-//! reason, before anything is started or changed.
+//! A model may name the backends that serve it. If it names none, a model with a real
+//! graph goes to the real devices (cpu, or backends added in code), never to an emulator
+//! that would answer made-up outputs; it is emulated on `sim` devices only if its
+//! configuration lists `sim`. A model with only a profile (no graph) can only be emulated.
+//! Its weights must fit the device's memory. A model no device may hold is refused with
+//! the reason, before anything is started or changed.
 
 use crate::config::BackendKind;
 use crate::model::DeviceId;
@@ -79,6 +81,8 @@ pub fn eligible_devices(
 
 fn backend_allows(model: ModelFacts<'_>, device: &DeviceFacts) -> bool {
     let named = match (model.backends, device.backend) {
+        // Real graphs are computed for real unless emulation is asked for.
+        (None, Some(BackendKind::Sim)) => !model.has_graph,
         (None, _) => true,
         (Some(list), Some(backend)) => list.contains(&backend),
         // A custom backend is not nameable in a model's configuration.
@@ -94,7 +98,9 @@ fn why_none(model: ModelFacts<'_>) -> String {
         None if !model.has_graph => {
             "it has no ONNX graph, so only sim devices can emulate it".into()
         }
-        None => "no device is configured".into(),
+        None => "it needs a real device (cpu); to emulate it on sim devices, set \
+                 backends = [\"sim\"] in its config.toml"
+            .into(),
     }
 }
 
@@ -121,10 +127,17 @@ mod tests {
     }
 
     #[test]
-    fn real_graphs_go_anywhere_profiles_only_to_emulators() {
+    fn real_graphs_go_to_real_devices_profiles_only_to_emulators() {
         assert_eq!(
             eligible_devices(model(1, true, None), &[SIM, CPU]),
-            Ok(None)
+            Ok(Some(vec![DeviceId(1)]))
+        );
+        let err = eligible_devices(model(1, true, None), &[SIM]).unwrap_err();
+        assert!(err.to_string().contains("backends = [\"sim\"]"), "{err}");
+        let sim = [BackendKind::Sim];
+        assert_eq!(
+            eligible_devices(model(1, true, Some(&sim)), &[SIM, CPU]),
+            Ok(Some(vec![DeviceId(0)]))
         );
         assert_eq!(
             eligible_devices(model(1, false, None), &[SIM, CPU]),
@@ -152,8 +165,9 @@ mod tests {
             }
         );
         // Fits only the larger device.
+        let both = [BackendKind::Sim, BackendKind::Cpu];
         assert_eq!(
-            eligible_devices(model(20, true, None), &[SIM, CPU]),
+            eligible_devices(model(20, true, Some(&both)), &[SIM, CPU]),
             Ok(Some(vec![DeviceId(0)]))
         );
         let custom = DeviceFacts {

@@ -95,10 +95,14 @@ impl RuntimeBuilder {
         Ok(self.repository(source))
     }
 
-    /// Refuses a registration no configured device can hold.
+    /// Refuses a registration whose name is taken or that no configured device can hold.
     fn fits(&self, registration: &Registration) -> Result<(), StartError> {
+        let name = &registration.spec.name;
+        if self.models.iter().any(|m| &m.spec.name == name) {
+            return Err(StartError::DuplicateModel(name.clone()));
+        }
         let model = ModelFacts {
-            name: &registration.spec.name,
+            name,
             pages: registration.spec.profile.pages(self.policy.page_bytes),
             has_graph: true,
             backends: registration.backends.as_deref(),

@@ -5,7 +5,7 @@
 //! max_batch_size = 16          # 0: the model has no batch dimension (Triton's convention)
 //! batch_sizes = [1, 2, 4, 8]   # plans built and profiled; default: powers of two
 //! slo = "50ms"                 # objective of requests that name none
-//! backends = ["cpu", "sim"]    # device backends that may serve it; default: all
+//! backends = ["cpu", "sim"]    # device backends that may serve it; default: real ones
 //! version = 2                  # version to serve; default: the highest present
 //! inputs = [{ name = "input", datatype = "FP32", shape = [256] }]   # checked
 //! ```
@@ -32,7 +32,9 @@ pub struct ModelFileConfig {
     /// Latency objective of requests that name none. Default: `policy.default_slo`.
     #[serde(default, with = "humantime_serde")]
     pub slo: Option<Duration>,
-    /// Device backends allowed to serve the model. Default: every backend.
+    /// Device backends allowed to serve the model. Default: the real ones (`cpu`, and
+    /// backends added in code); list `sim` to let emulated devices answer it with
+    /// made-up outputs (flagged `emulated`).
     pub backends: Option<Vec<BackendKind>>,
     /// Version directory to serve. Default: the highest-numbered one.
     pub version: Option<u64>,
