@@ -94,7 +94,10 @@ fn serve(mut device: impl BlockingDevice, queue: mpsc::Receiver<Job>) {
         work: impl FnOnce(&mut D) -> Result<T, DeviceError>,
     ) -> Result<Executed<T>, DeviceError> {
         let begin = Instant::now();
-        let value = work(device)?;
+        // A panic inside a device library (a bad graph, a bug) fails this job, not the
+        // device: the thread lives on for the next one.
+        let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(device)))
+            .unwrap_or_else(|panic| Err(DeviceError::Other(panic_message(&panic))))?;
         let host = nanos(begin.elapsed());
         Ok(Executed {
             value,
@@ -115,6 +118,16 @@ fn serve(mut device: impl BlockingDevice, queue: mpsc::Receiver<Job>) {
             }
         }
     }
+}
+
+/// What a panic said, as far as it can be told.
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    let text = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".into());
+    format!("the device panicked: {text}")
 }
 
 impl Backend for DeviceThread {
@@ -178,6 +191,42 @@ mod tests {
                 })
                 .collect())
         }
+    }
+
+    /// Panics on every INFER.
+    struct Panicker;
+
+    impl BlockingDevice for Panicker {
+        fn info(&self) -> BackendInfo {
+            BackendInfo {
+                kind: "panicker".into(),
+                pages: 1,
+                emulated: false,
+            }
+        }
+        fn load(&mut self, _: &ModelArtifact) -> Result<(), DeviceError> {
+            Ok(())
+        }
+        fn unload(&mut self, _: ModelId) -> Result<(), DeviceError> {
+            Ok(())
+        }
+        fn infer(&mut self, _: &InferJob) -> Result<BatchOutputs, DeviceError> {
+            panic!("kernel exploded")
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panic_fails_the_job_and_the_device_lives_on() {
+        let backend = DeviceThread::spawn("panicker".into(), Panicker).unwrap();
+        let job = InferJob {
+            model: ModelId(0),
+            inputs: vec![],
+        };
+        for _ in 0..2 {
+            let failed = backend.infer(job.clone()).await.unwrap_err();
+            assert!(failed.to_string().contains("kernel exploded"), "{failed}");
+        }
+        assert!(backend.unload(ModelId(0)).await.is_ok());
     }
 
     #[tokio::test]

@@ -186,3 +186,83 @@ impl BlockingDevice for CpuDevice {
         Ok(plans.run(&items)?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::repository::zoo;
+
+    fn mlp_spec(sizes: &[u32]) -> ModelSpec {
+        let tensor = |name: &str, n: i64| crate::model::TensorSpec {
+            name: name.into(),
+            datatype: crate::model::DataType::Fp32,
+            shape: vec![n],
+        };
+        ModelSpec {
+            name: "mlp".into(),
+            inputs: vec![tensor("input", 256)],
+            outputs: vec![tensor("output", 10)],
+            slo: 1,
+            profile: crate::model::ModelProfile {
+                weight_bytes: 0,
+                load_latency: 0,
+                batches: sizes
+                    .iter()
+                    .map(|&batch| crate::model::BatchLatency { batch, latency: 0 })
+                    .collect(),
+            },
+            batched: true,
+            version: 1,
+        }
+    }
+
+    #[test]
+    fn a_batch_runs_on_the_smallest_plan_that_holds_it_and_threads_agree() {
+        let bytes = zoo::build("mlp", zoo::Batch::Dynamic, 1).unwrap();
+        let spec = mlp_spec(&[1, 4]);
+        let single = ModelPlans::compile(&bytes, &spec, None).unwrap();
+        assert_eq!(single.batches().collect::<Vec<_>>(), [1, 4]);
+        let pool = executor(2);
+        let threaded = ModelPlans::compile(&bytes, &spec, pool.as_ref()).unwrap();
+        let items: Vec<Vec<Tensor>> = (0..3)
+            .map(|i| {
+                vec![Tensor::from_f32(
+                    "input",
+                    vec![256],
+                    &[i as f32 / 10.0; 256],
+                )]
+            })
+            .collect();
+        let refs: Vec<&[Tensor]> = items.iter().map(|i| i.as_slice()).collect();
+        // Three items ride the plan for four, padded; each gets its own outputs.
+        let batched = single.run(&refs).unwrap();
+        assert_eq!(batched.len(), 3);
+        let alone = single.run(&refs[2..]).unwrap();
+        let (a, b) = (
+            batched[2][0].to_f32().unwrap(),
+            alone[0][0].to_f32().unwrap(),
+        );
+        assert!(
+            a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-4),
+            "{a:?} {b:?}"
+        );
+        assert_ne!(batched[0][0].data, batched[1][0].data);
+        let parallel = threaded.run(&refs).unwrap();
+        let (p, s) = (
+            parallel[1][0].to_f32().unwrap(),
+            batched[1][0].to_f32().unwrap(),
+        );
+        assert!(p.iter().zip(&s).all(|(x, y)| (x - y).abs() < 1e-4));
+        assert!(single.run(&[refs[0]; 5]).is_err(), "no plan holds five");
+    }
+
+    #[test]
+    fn wrong_inputs_are_refused_not_run() {
+        let bytes = zoo::build("mlp", zoo::Batch::Dynamic, 1).unwrap();
+        let plans = ModelPlans::compile(&bytes, &mlp_spec(&[1]), None).unwrap();
+        let short = vec![Tensor::from_f32("input", vec![255], &[0.0; 255])];
+        let err = plans.run(&[short.as_slice()]).unwrap_err();
+        assert!(matches!(err, CpuError::Input(_)), "{err}");
+        assert!(ModelPlans::compile(b"junk", &mlp_spec(&[1]), None).is_err());
+    }
+}
