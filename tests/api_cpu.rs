@@ -5,10 +5,10 @@
 mod api_support;
 mod cpu_support;
 
-use api_support::{assert_error, start_with, TestServer};
+use api_support::{assert_error, index_names, start_with, TestServer};
 use clockwork::api::{ApiSettings, HEADER_LENGTH};
 use clockwork::repository::zoo;
-use cpu_support::{config, tract_direct, values, TempDir};
+use cpu_support::{config, tract_direct, values, write_broken, TempDir};
 use serde_json::{json, Value};
 use tract_onnx::prelude::Tensor as TractTensor;
 
@@ -104,20 +104,13 @@ async fn repository_models_serve_real_outputs_in_json_and_binary() {
 async fn models_are_registered_refused_and_versioned_through_the_repository_routes() {
     let root = TempDir::new("api-cpu-repository");
     zoo::write_missing(root.path()).unwrap();
-    let broken = root.path().join("broken/1");
-    std::fs::create_dir_all(&broken).unwrap();
-    std::fs::write(broken.join("model.onnx"), b"\x0a\x03bad").unwrap();
+    write_broken(root.path(), "broken");
     let server = serve(root.path(), false).await;
 
     // Nothing registered yet: the index lists what is on disk.
     let (status, index) = server.post_json("/v2/repository/index", &json!({})).await;
     assert_eq!(status, 200);
-    let names: Vec<&str> = index
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["name"].as_str().unwrap())
-        .collect();
+    let names = index_names(&index);
     assert_eq!(names, ["broken", "cnn", "mlp", "resnet"]);
     assert!(index
         .as_array()

@@ -2,7 +2,7 @@
 
 mod api_support;
 
-use api_support::{assert_error, mlp_request, start_default};
+use api_support::{assert_error, index_names, mlp_request, start_default};
 use serde_json::json;
 
 #[actix_web::test]
@@ -10,12 +10,7 @@ async fn unload_refuses_and_load_restores() {
     let server = start_default().await;
     let (status, index) = server.post_json("/v2/repository/index", &json!({})).await;
     assert_eq!(status, 200);
-    let names: Vec<&str> = index
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["name"].as_str().unwrap())
-        .collect();
+    let names = index_names(&index);
     assert_eq!(names, ["mlp", "resnet", "typed"]);
     assert_eq!(index[0]["state"], "READY");
 

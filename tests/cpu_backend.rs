@@ -9,7 +9,9 @@ use clockwork::actors::messages::SnapshotExecutor;
 use clockwork::events::Event;
 use clockwork::repository::zoo;
 use clockwork::tensor::Tensor;
-use cpu_support::{assert_close, config, from_tract, infer, start, tract_direct, values, TempDir};
+use cpu_support::{
+    assert_close, config, from_tract, infer, start, tract_direct, values, write_broken, TempDir,
+};
 use tract_onnx::prelude::Tensor as TractTensor;
 
 const MIB: u64 = 1 << 20;
@@ -111,9 +113,7 @@ async fn loads_beyond_capacity_evict_and_never_overfill_a_device() {
 async fn models_that_cannot_be_served_are_refused_and_the_others_serve() {
     let root = TempDir::new("cpu-refuse");
     zoo::write_missing(root.path()).unwrap();
-    let garbage = root.path().join("garbage/1");
-    std::fs::create_dir_all(&garbage).unwrap();
-    std::fs::write(garbage.join("model.onnx"), b"not a model").unwrap();
+    write_broken(root.path(), "garbage");
     // 5 pages of 1 MiB: resnet (3) fits, cnn (6) and mlp (8) do not.
     let runtime = start(&config(root.path(), 1, 5, MIB));
     let served: Vec<&str> = runtime.models.iter().map(|m| m.name.as_str()).collect();

@@ -176,3 +176,13 @@ pub fn assert_error(answer: &(u16, Value), status: u16, error_type: &str, mentio
         "'{message}' should name '{mentions}'"
     );
 }
+
+/// The model names of a repository index answer, in order.
+pub fn index_names(index: &Value) -> Vec<&str> {
+    index
+        .as_array()
+        .expect("an index is an array")
+        .iter()
+        .map(|e| e["name"].as_str().unwrap_or_default())
+        .collect()
+}

@@ -37,6 +37,13 @@ impl Drop for TempDir {
     }
 }
 
+/// Puts a model directory `name` whose graph is not ONNX at all into the repository.
+pub fn write_broken(root: &Path, name: &str) {
+    let version = root.join(name).join("1");
+    std::fs::create_dir_all(&version).expect("create the version directory");
+    std::fs::write(version.join("model.onnx"), b"\x0a\x03not a model").expect("write");
+}
+
 /// A configuration with `devices` cpu devices of `pages` pages of `page_bytes`, serving
 /// the repository at `root` (profiled briefly: these tests check outputs, not timing).
 pub fn config(root: &Path, devices: u32, pages: u32, page_bytes: u64) -> String {
