@@ -7,6 +7,7 @@
 //! clock while a real one waits on its own thread or device.
 //!
 //! - [`sim`]: an emulated device following latency profiles (first-class, for testers).
+//! - [`cpu`]: real ONNX inference with tract, one dedicated thread per device.
 //! - [`thread`]: adapter that runs a blocking device on a dedicated thread; real
 //!   backends (cpu, cuda) implement [`thread::BlockingDevice`].
 
