@@ -8,7 +8,7 @@ mod cpu_support;
 use api_support::{assert_error, index_names, start_with, TestServer};
 use clockwork::api::{ApiSettings, HEADER_LENGTH};
 use clockwork::repository::zoo;
-use cpu_support::{config, tract_direct, values, write_broken, TempDir};
+use cpu_support::{config, tract_direct, values, write_broken, TempDir, SLACK_SLO_MS};
 use serde_json::{json, Value};
 use tract_onnx::prelude::Tensor as TractTensor;
 
@@ -66,7 +66,10 @@ async fn repository_models_serve_real_outputs_in_json_and_binary() {
 
     let input = values(3 * 32 * 32, 7);
     let want = direct(root.path(), "cnn", &[1, 3, 32, 32], &input);
-    let request = json!({"inputs": [{"name": "input", "shape": [1, 3, 32, 32], "datatype": "FP32", "data": input}]});
+    let request = json!({
+        "parameters": {"slo_ms": SLACK_SLO_MS},
+        "inputs": [{"name": "input", "shape": [1, 3, 32, 32], "datatype": "FP32", "data": input}]
+    });
     let (status, answer) = server.post_json("/v2/models/cnn/infer", &request).await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["parameters"]["emulated"], false);
@@ -75,6 +78,7 @@ async fn repository_models_serve_real_outputs_in_json_and_binary() {
 
     // The same with binary tensors both ways.
     let header = json!({
+        "parameters": {"slo_ms": SLACK_SLO_MS},
         "inputs": [{"name": "input", "shape": [1, 3, 32, 32], "datatype": "FP32",
                     "parameters": {"binary_data_size": input.len() * 4}}],
         "outputs": [{"name": "output", "parameters": {"binary_data": true}}]
@@ -118,7 +122,10 @@ async fn models_are_registered_refused_and_versioned_through_the_repository_rout
         .iter()
         .all(|e| e["state"] == "UNAVAILABLE"));
     let input = values(256, 3);
-    let request = json!({"inputs": [{"name": "input", "shape": [1, 256], "datatype": "FP32", "data": input}]});
+    let request = json!({
+        "parameters": {"slo_ms": SLACK_SLO_MS},
+        "inputs": [{"name": "input", "shape": [1, 256], "datatype": "FP32", "data": input}]
+    });
     let answer = server.post_json("/v2/models/mlp/infer", &request).await;
     assert_error(&answer, 404, "unknown_model", "mlp");
 
