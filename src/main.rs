@@ -179,7 +179,9 @@ struct SimulateCli {
 }
 
 fn main() -> ExitCode {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // tract announces its kernels at info level; that is noise for an operator.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,tract_linalg=warn"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -308,11 +310,24 @@ fn models(command: ModelsCommand) -> anyhow::Result<()> {
                 },
             };
             let mut failed = 0;
+            println!("| model | version | batch | p50 ms | p99 ms | CV | load ms | memory MB |");
+            println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
             for name in source.repository.names()? {
                 match source.prepare(&name) {
                     Ok(r) => {
-                        println!("{name} (version {}):", r.spec.version);
-                        println!("{}", serde_json::to_string_pretty(&r.profile)?);
+                        let (load, memory) = (r.profile.load.p50 / 1e6, r.profile.weight_bytes);
+                        for b in &r.profile.batches {
+                            let l = &b.latency;
+                            println!(
+                                "| {name} | {} | {} | {:.3} | {:.3} | {:.3} | {load:.1} | {:.1} |",
+                                r.spec.version,
+                                b.batch,
+                                l.p50 / 1e6,
+                                l.p99 / 1e6,
+                                l.cv,
+                                memory as f64 / 1e6
+                            );
+                        }
                     }
                     Err(error) => {
                         failed += 1;
