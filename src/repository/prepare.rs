@@ -73,8 +73,9 @@ pub fn prepare(
         // Names only: the compiled graph tells the outputs' types and shapes.
         outputs: signature.outputs.iter().map(|n| placeholder(n)).collect(),
         slo: nanos(config.slo.unwrap_or(settings.default_slo)),
+        // Placeholders but for the batch sizes: profiling measures the rest.
         profile: ModelProfile {
-            weight_bytes: signature.weight_bytes,
+            weight_bytes: 0,
             load_latency: 0,
             batches: batch_sizes
                 .iter()

@@ -38,8 +38,6 @@ pub struct Signature {
     pub inputs: Vec<GraphInput>,
     /// Output names, in graph order.
     pub outputs: Vec<String>,
-    /// Sum of the initializers' bytes: the weights.
-    pub weight_bytes: u64,
 }
 
 impl Signature {
@@ -62,11 +60,9 @@ impl Signature {
         if inputs.is_empty() {
             return Err(CpuError::Unsupported("the graph has no inputs".into()));
         }
-        let weight_bytes = graph.initializer.iter().map(tensor_bytes).sum();
         Ok(Self {
             inputs,
             outputs: graph.output.iter().map(|o| o.name.clone()).collect(),
-            weight_bytes,
         })
     }
 
@@ -130,11 +126,4 @@ pub fn datatype(elem_type: i32) -> Option<DataType> {
         Pb::Bool => DataType::Bool,
         _ => return None,
     })
-}
-
-/// Bytes of an initializer, whichever field holds its data.
-fn tensor_bytes(t: &pb::TensorProto) -> u64 {
-    let elements: u64 = t.dims.iter().map(|&d| d.max(0) as u64).product();
-    let width = datatype(t.data_type).and_then(DataType::size).unwrap_or(1) as u64;
-    (elements * width).max(t.raw_data.len() as u64)
 }
