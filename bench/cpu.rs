@@ -12,19 +12,19 @@
 //! Markdown tables go to stdout, the numbers as JSON to target/bench-cpu.json.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clockwork::actors::messages::{InferResult, Submit};
 use clockwork::actors::{Placement, RuntimeBuilder};
 use clockwork::config::Config;
 use clockwork::events::Event;
-use clockwork::gpu::cpu::profile::sample_item;
+use clockwork::gpu::cpu::profile::{sample_item, time_batches};
 use clockwork::gpu::cpu::ModelPlans;
 use clockwork::model::ModelSpec;
 use clockwork::repository::{zoo, PrepareSettings, Repository, RepositorySource};
 use clockwork::stats::Summary;
 use clockwork::tensor::Tensor;
-use clockwork::time::{nanos, Clock};
+use clockwork::time::Clock;
 use clockwork::workload::{self, WorkloadKind, WorkloadParams};
 use serde::Serialize;
 
@@ -118,27 +118,15 @@ fn execution_times(
         let spec = spec.clone();
         let measured = std::thread::spawn(move || -> anyhow::Result<Vec<ExecRow>> {
             let plans = ModelPlans::compile(&bytes, &spec, None)?;
-            let item = sample_item(&spec.inputs);
-            let mut rows = Vec::new();
-            for batch in plans.batches().collect::<Vec<_>>() {
-                let items: Vec<&[Tensor]> = (0..batch).map(|_| item.as_slice()).collect();
-                for _ in 0..10 {
-                    plans.run(&items)?;
-                }
-                let mut samples = Vec::with_capacity(runs as usize);
-                for _ in 0..runs {
-                    let begin = Instant::now();
-                    plans.run(&items)?;
-                    samples.push(nanos(begin.elapsed()) as f64);
-                }
-                let latency = Summary::of(&samples).expect("runs > 0");
-                rows.push(ExecRow {
+            let batches = time_batches(&plans, &spec.inputs, 10, runs)?;
+            Ok(batches
+                .into_iter()
+                .map(|b| ExecRow {
                     model: spec.name.clone(),
-                    batch,
-                    latency,
-                });
-            }
-            Ok(rows)
+                    batch: b.batch,
+                    latency: b.latency,
+                })
+                .collect())
         })
         .join()
         .map_err(|_| anyhow::anyhow!("measuring thread panicked"))??;

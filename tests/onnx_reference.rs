@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use clockwork::actors::Runtime;
+use clockwork::model::{ModelSpec, TensorSpec};
 use clockwork::tensor::Tensor;
 use cpu_support::{assert_close, config, from_tract, infer, start, TempDir};
 use tract_onnx::data_resolver::FopenDataResolver;
@@ -89,29 +90,41 @@ fn read_pb(path: &Path) -> tract_onnx::prelude::Tensor {
     load_tensor(&FopenDataResolver, &proto, None).expect("a tensor")
 }
 
-/// A tensor as one item of `model`: without the batch dimension if the model has one.
-fn as_item(runtime: &Runtime, model: &str, name: &str, t: &tract_onnx::prelude::Tensor) -> Tensor {
-    let spec = runtime
+/// The spec `model` was registered with.
+fn spec<'a>(runtime: &'a Runtime, model: &str) -> &'a ModelSpec {
+    runtime
         .models
         .iter()
         .find(|m| m.name == model)
-        .unwrap_or_else(|| panic!("{model} was refused: {:?}", runtime.refused));
+        .unwrap_or_else(|| panic!("{model} was refused: {:?}", runtime.refused))
+}
+
+/// A tensor as one item of `model`: without the batch dimension if the model has one.
+fn as_item(runtime: &Runtime, model: &str, name: &str, t: &tract_onnx::prelude::Tensor) -> Tensor {
     let mut tensor = from_tract(name, t);
-    if spec.batched {
+    if spec(runtime, model).batched {
         assert_eq!(tensor.shape.first(), Some(&1), "{model}: batch of one");
         tensor.shape.remove(0);
     }
     tensor
 }
 
-fn input_names(runtime: &Runtime, model: &str) -> Vec<String> {
-    let spec = runtime.models.iter().find(|m| m.name == model).unwrap();
-    spec.inputs.iter().map(|i| i.name.clone()).collect()
-}
-
-fn output_names(runtime: &Runtime, model: &str) -> Vec<String> {
-    let spec = runtime.models.iter().find(|m| m.name == model).unwrap();
-    spec.outputs.iter().map(|o| o.name.clone()).collect()
+/// The stored tensors `<prefix>_<i>.pb` of a test data set, named after `declared`.
+fn stored(
+    runtime: &Runtime,
+    model: &str,
+    declared: &[TensorSpec],
+    set: &Path,
+    prefix: &str,
+) -> Vec<Tensor> {
+    declared
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let t = read_pb(&set.join(format!("{prefix}_{i}.pb")));
+            as_item(runtime, model, &d.name, &t)
+        })
+        .collect()
 }
 
 /// onnx's runner feeds light models `arange(n).reshape(shape) / n` as float32.
@@ -171,35 +184,21 @@ async fn reference_models_match_their_outputs() {
     );
 
     for (name, rtol) in LIGHT {
-        let spec = runtime.models.iter().find(|m| &m.name == name).unwrap();
+        let model = spec(&runtime, name);
         let mut shape = vec![1];
-        shape.extend(spec.inputs[0].shape.iter().map(|&d| d as usize));
+        shape.extend(model.inputs[0].shape.iter().map(|&d| d as usize));
         let input = light_input(&shape);
-        let inputs = vec![as_item(&runtime, name, &spec.inputs[0].name, &input)];
+        let inputs = vec![as_item(&runtime, name, &model.inputs[0].name, &input)];
         let reference = read_pb(&data.join(format!("light/light_{name}_output_0.pb")));
-        let output = output_names(&runtime, name).remove(0);
-        let expected = vec![as_item(&runtime, name, &output, &reference)];
+        let expected = vec![as_item(&runtime, name, &model.outputs[0].name, &reference)];
         check(&runtime, name, inputs, expected, *rtol).await;
     }
     for case in CONVERTED {
         let name = repo_name(case);
         let set = data.join(case).join("test_data_set_0");
-        let inputs = input_names(&runtime, &name)
-            .iter()
-            .enumerate()
-            .map(|(i, input)| {
-                let t = read_pb(&set.join(format!("input_{i}.pb")));
-                as_item(&runtime, &name, input, &t)
-            })
-            .collect();
-        let expected = output_names(&runtime, &name)
-            .iter()
-            .enumerate()
-            .map(|(i, output)| {
-                let t = read_pb(&set.join(format!("output_{i}.pb")));
-                as_item(&runtime, &name, output, &t)
-            })
-            .collect();
+        let model = spec(&runtime, &name);
+        let inputs = stored(&runtime, &name, &model.inputs, &set, "input");
+        let expected = stored(&runtime, &name, &model.outputs, &set, "output");
         check(&runtime, &name, inputs, expected, 1e-3).await;
     }
     runtime.shutdown().await;

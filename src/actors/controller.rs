@@ -313,13 +313,13 @@ impl Controller {
         if self.by_name.contains_key(&spec.name) {
             return Err(RegisterError::Duplicate(spec.name));
         }
-        let pages = spec.profile.pages(self.parts.page_bytes);
-        let facts = ModelFacts {
-            name: &spec.name,
-            pages,
-            has_graph: message.bytes.is_some(),
-            backends: message.backends.as_deref(),
-        };
+        let facts = ModelFacts::new(
+            &spec,
+            self.parts.page_bytes,
+            message.bytes.is_some(),
+            message.backends.as_deref(),
+        );
+        let pages = facts.pages;
         let devices = eligible_devices(facts, &self.parts.devices)?;
         let id = ModelId(self.parts.models.len() as u32);
         // The cache hears of it before any LOAD of it can be dispatched (same sender, and

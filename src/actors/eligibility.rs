@@ -30,6 +30,23 @@ pub struct ModelFacts<'a> {
     pub backends: Option<&'a [BackendKind]>,
 }
 
+impl<'a> ModelFacts<'a> {
+    /// The facts of `spec` with pages of `page_bytes`.
+    pub fn new(
+        spec: &'a crate::model::ModelSpec,
+        page_bytes: u64,
+        has_graph: bool,
+        backends: Option<&'a [BackendKind]>,
+    ) -> Self {
+        Self {
+            name: &spec.name,
+            pages: spec.profile.pages(page_bytes),
+            has_graph,
+            backends,
+        }
+    }
+}
+
 /// Why no device may hold a model.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum IneligibleModel {

@@ -74,13 +74,7 @@ impl RuntimeBuilder {
         }
         if repository.load_all {
             for name in source.repository.names()? {
-                match source
-                    .prepare(&name)
-                    .map_err(StartError::from)
-                    .and_then(|r| {
-                        self.fits(&r)?;
-                        Ok(r)
-                    }) {
+                match self.prepare_one(&source, &name) {
                     Ok(registration) => {
                         log_registered(&registration);
                         self = self.registered(registration);
@@ -95,20 +89,22 @@ impl RuntimeBuilder {
         Ok(self.repository(source))
     }
 
-    /// Refuses a registration whose name is taken or that no configured device can hold.
-    fn fits(&self, registration: &Registration) -> Result<(), StartError> {
-        let name = &registration.spec.name;
-        if self.models.iter().any(|m| &m.spec.name == name) {
-            return Err(StartError::DuplicateModel(name.clone()));
+    /// Prepares repository model `name`, refusing it if its name is taken or no
+    /// configured device can hold it.
+    fn prepare_one(
+        &self,
+        source: &RepositorySource,
+        name: &str,
+    ) -> Result<Registration, StartError> {
+        let registration = source.prepare(name)?;
+        let spec = &registration.spec;
+        if self.models.iter().any(|m| m.spec.name == spec.name) {
+            return Err(StartError::DuplicateModel(spec.name.clone()));
         }
-        let model = ModelFacts {
-            name,
-            pages: registration.spec.profile.pages(self.policy.page_bytes),
-            has_graph: true,
-            backends: registration.backends.as_deref(),
-        };
+        let backends = registration.backends.as_deref();
+        let model = ModelFacts::new(spec, self.policy.page_bytes, true, backends);
         eligible_devices(model, &self.device_facts())?;
-        Ok(())
+        Ok(registration)
     }
 }
 

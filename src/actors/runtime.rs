@@ -171,12 +171,12 @@ impl RuntimeBuilder {
             if !names.insert(spec.name.as_str()) {
                 return Err(StartError::DuplicateModel(spec.name.clone()));
             }
-            let model = ModelFacts {
-                name: &spec.name,
-                pages: spec.profile.pages(self.policy.page_bytes),
-                has_graph: entry.bytes.is_some(),
-                backends: entry.backends.as_deref(),
-            };
+            let model = ModelFacts::new(
+                spec,
+                self.policy.page_bytes,
+                entry.bytes.is_some(),
+                entry.backends.as_deref(),
+            );
             allowed.push(eligible_devices(model, &facts)?);
         }
         Ok(allowed)

@@ -93,16 +93,32 @@ pub fn measure(
         load_samples.push(nanos(begin.elapsed()) as f64);
     }
     let plans = plans.expect("at least one load");
-    let item = sample_item(&spec.inputs);
+    let batches = time_batches(&plans, &spec.inputs, settings.warmup, settings.runs)?;
+    Ok(MeasuredProfile {
+        load: Summary::of(&load_samples).expect("at least one load"),
+        batches,
+        weight_bytes: plans.weight_bytes(),
+        outputs: plans.outputs().to_vec(),
+    })
+}
+
+/// Runs every plan of `plans` on batches of a sample item: `warmup` unmeasured runs,
+/// then `runs` (at least one) timed ones, per batch size.
+pub fn time_batches(
+    plans: &ModelPlans,
+    inputs: &[TensorSpec],
+    warmup: u32,
+    runs: u32,
+) -> Result<Vec<BatchProfile>, CpuError> {
+    let item = sample_item(inputs);
     let mut batches = Vec::new();
-    let sizes: Vec<u32> = plans.batches().collect();
-    for &batch in &sizes {
+    for batch in plans.batches() {
         let items: Vec<&[Tensor]> = (0..batch).map(|_| item.as_slice()).collect();
-        for _ in 0..settings.warmup {
+        for _ in 0..warmup {
             plans.run(&items)?;
         }
-        let mut samples = Vec::with_capacity(settings.runs as usize);
-        for _ in 0..settings.runs.max(1) {
+        let mut samples = Vec::with_capacity(runs as usize);
+        for _ in 0..runs.max(1) {
             let begin = Instant::now();
             plans.run(&items)?;
             samples.push(nanos(begin.elapsed()) as f64);
@@ -110,12 +126,7 @@ pub fn measure(
         let latency = Summary::of(&samples).expect("at least one run");
         batches.push(BatchProfile { batch, latency });
     }
-    Ok(MeasuredProfile {
-        load: Summary::of(&load_samples).expect("at least one load"),
-        batches,
-        weight_bytes: plans.weight_bytes(),
-        outputs: plans.outputs().to_vec(),
-    })
+    Ok(batches)
 }
 
 /// One item of inputs of the declared shapes: a deterministic ramp for floats, zeros for
