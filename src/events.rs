@@ -8,6 +8,7 @@ use serde::Serialize;
 use tokio::sync::broadcast;
 
 use crate::model::{ActionId, DeviceId, ModelId, RequestId};
+use crate::outcome::Outcome;
 use crate::scheduler::Measured;
 use crate::time::Nanos;
 
@@ -30,8 +31,9 @@ pub struct RequestAnswered {
     pub arrival: Nanos,
     pub answered: Nanos,
     pub slo: Nanos,
-    /// `ok`, `late`, a refusal kind, or `failed`.
-    pub outcome: &'static str,
+    /// How it was answered: only outcomes decided after admission
+    /// ([`Outcome::after_admission`]) are published.
+    pub outcome: Outcome,
     /// Size of the batch it ran in, if it ran.
     pub batch: Option<u32>,
 }
@@ -42,7 +44,8 @@ pub struct ActionDone {
     pub action: ActionId,
     pub device: DeviceId,
     pub model: ModelId,
-    /// `load`, `unload` or `infer`.
+    /// `load`, `unload` or `infer` (`ActionKind::name`; not typed yet, as the action
+    /// vocabulary lives in the executor protocol).
     pub kind: &'static str,
     /// Requests in the batch (0 for LOAD and UNLOAD).
     pub batch: u32,

@@ -82,7 +82,7 @@ fn every_request_answered_and_none_late_at_moderate_load() {
                         t.late_ok += usize::from(late);
                     }
                     Err(InferError::Refused(reason)) => {
-                        *t.refused.entry(reason.kind()).or_default() += 1
+                        *t.refused.entry(reason.outcome().as_str()).or_default() += 1
                     }
                     Err(_) => t.failed += 1,
                 }

@@ -20,9 +20,10 @@ use super::messages::{
 use crate::events::{self, Event, EventBus};
 use crate::gpu::BatchOutputs;
 use crate::model::{ActionId, DeviceId, ModelId, ModelSpec, RequestId};
+use crate::outcome::Outcome as RequestOutcome;
 use crate::scheduler::ids::IdMap;
 use crate::scheduler::{
-    Action, ActionKind, Answer, ModelInfo, Outcome, Plan, Policy, Refusal, Request, Verdict,
+    Action, ActionKind, Answer, ModelInfo, Outcome, Plan, Policy, Request, Verdict,
 };
 use crate::tensor::{check_inputs, Tensor};
 use crate::time::{Clock, Nanos};
@@ -113,11 +114,11 @@ impl Controller {
     fn admit(&mut self, infer: Submit, ctx: &mut Context<Self>) {
         let reply = infer.reply;
         if self.draining {
-            let _ = reply.send(Err(InferError::Refused(Refusal::ShuttingDown)));
+            let _ = reply.send(Err(InferError::ShuttingDown));
             return;
         }
         let Some(&model) = self.by_name.get(&infer.model) else {
-            let _ = reply.send(Err(InferError::Refused(Refusal::UnknownModel)));
+            let _ = reply.send(Err(InferError::UnknownModel(infer.model)));
             return;
         };
         let spec = &self.parts.models[model.0 as usize];
@@ -206,16 +207,29 @@ impl Controller {
                             ..timing
                         },
                     };
-                    (Ok(ok), if late { "late" } else { "ok" }, Some(timing.batch))
+                    let outcome = if late {
+                        RequestOutcome::Late
+                    } else {
+                        RequestOutcome::Ok
+                    };
+                    (Ok(ok), outcome, Some(timing.batch))
                 }
                 None => {
                     let error =
                         crate::scheduler::ActionError::Device("batch returned no outputs".into());
-                    (Err(InferError::Failed(error)), "failed", None)
+                    (
+                        Err(InferError::Failed(error)),
+                        RequestOutcome::ExecutionFailed,
+                        None,
+                    )
                 }
             },
-            Verdict::Refused(reason) => (Err(InferError::Refused(reason)), reason.kind(), None),
-            Verdict::Failed(error) => (Err(InferError::Failed(error)), "failed", None),
+            Verdict::Refused(reason) => (Err(InferError::Refused(reason)), reason.outcome(), None),
+            Verdict::Failed(error) => (
+                Err(InferError::Failed(error)),
+                RequestOutcome::ExecutionFailed,
+                None,
+            ),
         };
         // The caller may have gone away; the request is answered all the same.
         let _ = pending.reply.send(result);
@@ -370,11 +384,7 @@ impl Handler<Infer> for Controller {
             reply,
         };
         self.admit(submit, ctx);
-        Box::pin(async move {
-            answer
-                .await
-                .unwrap_or(Err(InferError::Refused(Refusal::ShuttingDown)))
-        })
+        Box::pin(async move { answer.await.unwrap_or(Err(InferError::ShuttingDown)) })
     }
 }
 

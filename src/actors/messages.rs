@@ -15,6 +15,7 @@ use super::eligibility::IneligibleModel;
 use crate::config::BackendKind;
 use crate::gpu::{BatchOutputs, ModelArtifact};
 use crate::model::{ActionId, DeviceId, ModelId, ModelSpec, RequestId};
+use crate::outcome::Outcome;
 use crate::scheduler::{Action, ActionError, Measured, PolicySnapshot, Refusal};
 use crate::tensor::Tensor;
 use crate::time::Nanos;
@@ -71,11 +72,19 @@ pub struct RequestTiming {
     pub device: DeviceId,
 }
 
-/// Why an [`Infer`] has no result.
+/// Why an [`Infer`] has no result: the controller's own refusals (before admission), the
+/// policy's, or what went wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InferError {
-    #[error("refused: {}", .0.kind())]
+    /// The policy refused it after admission.
+    #[error("refused: {0}")]
     Refused(Refusal),
+    /// The controller has no model of that name; refused before admission.
+    #[error("refused: unknown model '{0}'")]
+    UnknownModel(String),
+    /// The controller is draining and admits nothing new.
+    #[error("refused: the server is shutting down and admits no new requests")]
+    ShuttingDown,
     #[error("bad input: {0}")]
     BadInput(String),
     #[error("execution failed: {0}")]
@@ -83,12 +92,14 @@ pub enum InferError {
 }
 
 impl InferError {
-    /// Stable label for error types and metrics.
-    pub fn kind(&self) -> &'static str {
+    /// Its name in the one outcome vocabulary.
+    pub fn kind(&self) -> Outcome {
         match self {
-            InferError::Refused(r) => r.kind(),
-            InferError::BadInput(_) => "bad_input",
-            InferError::Failed(_) => "execution_failed",
+            InferError::Refused(r) => r.outcome(),
+            InferError::UnknownModel(_) => Outcome::UnknownModel,
+            InferError::ShuttingDown => Outcome::ShuttingDown,
+            InferError::BadInput(_) => Outcome::BadInput,
+            InferError::Failed(_) => Outcome::ExecutionFailed,
         }
     }
 }

@@ -1,10 +1,10 @@
 //! The one error type of the HTTP API and how each error becomes a status code.
 //!
 //! Every error answers `{"error": "<message>", "error_type": "<kind>"}`. `kind()` is the
-//! stable snake_case label used both as `error_type` and as a metric label, so a
+//! error's [`Outcome`], whose name is both `error_type` and the metric label, so a
 //! dashboard and a client see the same names; the controller's own errors
-//! ([`InferError`]) keep the kinds the controller gives them. The README lists every kind
-//! with its status.
+//! ([`InferError`]) keep the outcomes the controller gives them. [`status_for`] is the one
+//! table of status codes. The README lists every kind with its status.
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
@@ -12,13 +12,13 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::actors::messages::InferError;
-use crate::scheduler::Refusal;
+use crate::outcome::Outcome;
 
 /// Why a request got no success.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// The controller's answer (refusals, bad input, failures).
-    #[error("{}", describe(.0))]
+    #[error(transparent)]
     Infer(InferError),
     #[error("invalid JSON: {0}")]
     InvalidJson(String),
@@ -44,55 +44,43 @@ pub enum ApiError {
     NotFound { method: String, path: String },
 }
 
-/// Human message of a controller error, saying what the kind means.
-fn describe(error: &InferError) -> String {
-    match error {
-        InferError::Refused(Refusal::DeadlineUnreachable) => {
-            "refused: the request could not be finished within its latency objective".into()
-        }
-        InferError::Refused(Refusal::TimedOut) => {
-            "refused: the request waited until no device could finish it within its latency objective".into()
-        }
-        InferError::Refused(Refusal::UnknownModel) => "refused: unknown model".into(),
-        InferError::Refused(Refusal::ShuttingDown) => {
-            "refused: the server is shutting down and admits no new requests".into()
-        }
-        other => other.to_string(),
-    }
-}
-
 impl ApiError {
     /// A request whose tensors do not fit the model; same kind as the controller's check.
     pub fn bad_input(message: impl Into<String>) -> Self {
         ApiError::Infer(InferError::BadInput(message.into()))
     }
 
-    /// Stable label: `error_type` in the body and the metric label.
-    pub fn kind(&self) -> &'static str {
+    /// Its outcome: `error_type` in the body and the metric label.
+    pub fn kind(&self) -> Outcome {
         match self {
             ApiError::Infer(e) => e.kind(),
-            ApiError::InvalidJson(_) => "invalid_json",
-            ApiError::InvalidBinary(_) => "invalid_binary",
-            ApiError::InvalidBody(_) => "invalid_body",
-            ApiError::PayloadTooLarge { .. } => "payload_too_large",
-            ApiError::UnknownModel(_) => "unknown_model",
-            ApiError::UnknownVersion { .. } => "unknown_version",
-            ApiError::ModelUnavailable(_) => "model_unavailable",
-            ApiError::LoadFailed { .. } => "load_failed",
-            ApiError::NotFound { .. } => "not_found",
+            ApiError::InvalidJson(_) => Outcome::InvalidJson,
+            ApiError::InvalidBinary(_) => Outcome::InvalidBinary,
+            ApiError::InvalidBody(_) => Outcome::InvalidBody,
+            ApiError::PayloadTooLarge { .. } => Outcome::PayloadTooLarge,
+            ApiError::UnknownModel(_) => Outcome::UnknownModel,
+            ApiError::UnknownVersion { .. } => Outcome::UnknownVersion,
+            ApiError::ModelUnavailable(_) => Outcome::ModelUnavailable,
+            ApiError::LoadFailed { .. } => Outcome::LoadFailed,
+            ApiError::NotFound { .. } => Outcome::NotFound,
         }
     }
+}
 
-    /// Whether the controller admitted the request before this error: such errors are
-    /// already counted from its events.
-    pub fn after_admission(&self) -> bool {
-        matches!(
-            self,
-            ApiError::Infer(InferError::Failed(_))
-                | ApiError::Infer(InferError::Refused(
-                    Refusal::DeadlineUnreachable | Refusal::TimedOut
-                ))
-        )
+/// The HTTP status of each outcome: the one place that decides it.
+pub fn status_for(outcome: Outcome) -> StatusCode {
+    use Outcome::*;
+    match outcome {
+        Ok | Late => StatusCode::OK,
+        BadInput | InvalidJson | InvalidBinary | InvalidBody | LoadFailed => {
+            StatusCode::BAD_REQUEST
+        }
+        UnknownModel | UnknownVersion | NotFound => StatusCode::NOT_FOUND,
+        PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ExecutionFailed => StatusCode::INTERNAL_SERVER_ERROR,
+        DeadlineUnreachable | TimedOut | ShuttingDown | ModelUnavailable => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
     }
 }
 
@@ -113,29 +101,13 @@ pub struct ErrorBody {
 
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
-        match self {
-            ApiError::Infer(e) => match e {
-                InferError::Refused(Refusal::UnknownModel) => StatusCode::NOT_FOUND,
-                InferError::Refused(_) => StatusCode::SERVICE_UNAVAILABLE,
-                InferError::BadInput(_) => StatusCode::BAD_REQUEST,
-                InferError::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            },
-            ApiError::InvalidJson(_)
-            | ApiError::InvalidBinary(_)
-            | ApiError::InvalidBody(_)
-            | ApiError::LoadFailed { .. } => StatusCode::BAD_REQUEST,
-            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::UnknownModel(_)
-            | ApiError::UnknownVersion { .. }
-            | ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
-            ApiError::ModelUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-        }
+        status_for(self.kind())
     }
 
     fn error_response(&self) -> HttpResponse {
         HttpResponse::build(self.status_code()).json(ErrorBody {
             error: self.to_string(),
-            error_type: self.kind().to_owned(),
+            error_type: self.kind().as_str().to_owned(),
         })
     }
 }
@@ -143,20 +115,37 @@ impl ResponseError for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scheduler::Refusal;
 
     #[test]
     fn refusals_are_unavailable_and_bad_input_is_a_client_error() {
         let refused = ApiError::from(InferError::Refused(Refusal::DeadlineUnreachable));
         assert_eq!(refused.status_code(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(refused.kind(), "deadline_unreachable");
-        assert!(refused.after_admission());
+        assert_eq!(refused.kind(), Outcome::DeadlineUnreachable);
+        assert!(
+            refused.to_string().contains("latency objective"),
+            "{refused}"
+        );
         let bad = ApiError::bad_input("input 'x' missing");
         assert_eq!(bad.status_code(), StatusCode::BAD_REQUEST);
-        assert_eq!(bad.kind(), "bad_input");
-        assert!(!bad.after_admission());
+        assert_eq!(bad.kind(), Outcome::BadInput);
         assert_eq!(
             ApiError::PayloadTooLarge { limit: 1 }.status_code(),
             StatusCode::PAYLOAD_TOO_LARGE
         );
+        let unknown = ApiError::from(InferError::UnknownModel("m".into()));
+        assert_eq!(unknown.status_code(), StatusCode::NOT_FOUND);
+        assert_eq!(unknown.kind(), Outcome::UnknownModel);
+    }
+
+    #[test]
+    fn only_successes_are_answered_2xx() {
+        for &outcome in Outcome::ALL {
+            assert_eq!(
+                status_for(outcome).is_success(),
+                outcome.is_success(),
+                "{outcome}"
+            );
+        }
     }
 }

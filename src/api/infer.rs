@@ -18,7 +18,6 @@ use super::v2::{self, InferRequest, InferResponse, Parameters, ResponseOutput};
 use super::ApiState;
 use crate::actors::messages::{Infer, InferError, Inferred};
 use crate::model::ModelId;
-use crate::scheduler::Refusal;
 use crate::tensor::Tensor;
 use crate::time::Nanos;
 
@@ -51,12 +50,12 @@ pub(super) async fn infer(
     tag = "inference",
     request_body(content = InferRequest),
     responses(
-        (status = 200, body = InferResponse),
-        (status = 400, body = ErrorBody),
-        (status = 404, body = ErrorBody),
-        (status = 413, body = ErrorBody),
-        (status = 500, body = ErrorBody),
-        (status = 503, body = ErrorBody),
+        (status = 200, description = "outputs; binary outputs follow the JSON header", body = InferResponse),
+        (status = 400, description = "invalid_json, invalid_binary, invalid_body, bad_input", body = ErrorBody),
+        (status = 404, description = "unknown_model, unknown_version", body = ErrorBody),
+        (status = 413, description = "payload_too_large", body = ErrorBody),
+        (status = 500, description = "execution_failed", body = ErrorBody),
+        (status = 503, description = "deadline_unreachable, timed_out, shutting_down, model_unavailable", body = ErrorBody),
     )
 )]
 #[post("/v2/models/{model}/versions/{version}/infer")]
@@ -114,7 +113,7 @@ pub(super) async fn run(
     let answer = state.controller.send(message).await;
     drop(waiting);
     // A controller that is gone can only be one that is shutting down.
-    let inferred = answer.unwrap_or(Err(InferError::Refused(Refusal::ShuttingDown)))?;
+    let inferred = answer.unwrap_or(Err(InferError::ShuttingDown))?;
     state.metrics.success(entry.id, &inferred);
     Ok(encode(&entry, parsed.id, &inferred, &outputs, batched, slo))
 }

@@ -13,8 +13,8 @@ use std::sync::{Arc, RwLock};
 
 use actix_web::{get, web, HttpResponse};
 use prometheus::{
-    exponential_buckets, CounterVec, Encoder as _, Histogram, HistogramOpts, HistogramVec,
-    IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    core::Collector, exponential_buckets, CounterVec, Encoder as _, Histogram, HistogramOpts,
+    HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use tokio::sync::broadcast::{self, error::RecvError};
 
@@ -23,6 +23,7 @@ use super::ApiState;
 use crate::actors::messages::Inferred;
 use crate::events::{ActionDone, Event, RequestAnswered};
 use crate::model::{ModelId, ModelSpec};
+use crate::outcome::Class;
 use crate::time::Nanos;
 
 /// Series of one model, resolved once so updates are plain atomic adds.
@@ -101,48 +102,11 @@ fn counter(
     Ok(family)
 }
 
-impl Metrics {
-    /// Registers every series; the models' series start at zero.
-    pub fn new(models: &[ModelSpec]) -> prometheus::Result<Self> {
-        let r = Registry::new();
+impl ModelFamilies {
+    /// Registers the per-model families (label `model`).
+    fn register(r: &Registry) -> prometheus::Result<Self> {
         let m = ["model"];
-        let success = counter(
-            &r,
-            "nv_inference_request_success",
-            "Successful inference requests",
-            &m,
-        )?;
-        let failure = counter(
-            &r,
-            "nv_inference_request_failure",
-            "Failed or refused inference requests of a known model",
-            &m,
-        )?;
-        let count = counter(
-            &r,
-            "nv_inference_count",
-            "Inferences performed (one per successful request)",
-            &m,
-        )?;
-        let exec_count = counter(&r, "nv_inference_exec_count", "Batches executed", &m)?;
-        let request_us = counter(
-            &r,
-            "nv_inference_request_duration_us",
-            "Cumulative time from admission to answer of successful requests",
-            &m,
-        )?;
-        let queue_us = counter(
-            &r,
-            "nv_inference_queue_duration_us",
-            "Cumulative time successful requests waited before their batch started",
-            &m,
-        )?;
-        let compute_us = counter(
-            &r,
-            "nv_inference_compute_infer_duration_us",
-            "Cumulative execution time of the batches of successful requests",
-            &m,
-        )?;
+        let c = |name: &str, help: &str| counter(r, name, help, &m);
         let pending = IntGaugeVec::new(
             Opts::new(
                 "nv_inference_pending_request_count",
@@ -150,31 +114,78 @@ impl Metrics {
             ),
             &m,
         )?;
-        r.register(Box::new(pending.clone()))?;
-        let within_slo = counter(
-            &r,
-            "clockwork_requests_within_slo",
-            "Successes answered by their deadline",
-            &m,
-        )?;
-        let late = counter(
-            &r,
-            "clockwork_requests_late",
-            "Successes answered after their deadline (estimates were wrong)",
-            &m,
-        )?;
-        let families = ModelFamilies {
-            success,
-            failure,
-            count,
-            exec_count,
-            request_us,
-            queue_us,
-            compute_us,
-            pending,
-            within_slo,
-            late,
-        };
+        Ok(Self {
+            success: c(
+                "nv_inference_request_success",
+                "Successful inference requests",
+            )?,
+            failure: c(
+                "nv_inference_request_failure",
+                "Failed or refused inference requests of a known model",
+            )?,
+            count: c(
+                "nv_inference_count",
+                "Inferences performed (one per successful request)",
+            )?,
+            exec_count: c("nv_inference_exec_count", "Batches executed")?,
+            request_us: c(
+                "nv_inference_request_duration_us",
+                "Cumulative time from admission to answer of successful requests",
+            )?,
+            queue_us: c(
+                "nv_inference_queue_duration_us",
+                "Cumulative time successful requests waited before their batch started",
+            )?,
+            compute_us: c(
+                "nv_inference_compute_infer_duration_us",
+                "Cumulative execution time of the batches of successful requests",
+            )?,
+            pending: registered(r, pending)?,
+            within_slo: c(
+                "clockwork_requests_within_slo",
+                "Successes answered by their deadline",
+            )?,
+            late: c(
+                "clockwork_requests_late",
+                "Successes answered after their deadline (estimates were wrong)",
+            )?,
+        })
+    }
+}
+
+/// Registers `collector` with `registry` and hands it back.
+fn registered<C: Collector + Clone + 'static>(
+    registry: &Registry,
+    collector: C,
+) -> prometheus::Result<C> {
+    registry.register(Box::new(collector.clone()))?;
+    Ok(collector)
+}
+
+/// Measured minus planned duration of actions, by action kind: buckets on both sides of 0.
+fn prediction_error_family() -> prometheus::Result<HistogramVec> {
+    let signed = vec![-1e-2, -1e-3, -1e-4, -1e-5, 0.0, 1e-5, 1e-4, 1e-3, 1e-2];
+    let opts = HistogramOpts::new(
+        "clockwork_prediction_error_seconds",
+        "Measured minus planned duration of actions",
+    );
+    HistogramVec::new(opts.buckets(signed), &["kind"])
+}
+
+/// Admission to answer of successful requests.
+fn latency_family() -> prometheus::Result<Histogram> {
+    let opts = HistogramOpts::new(
+        "clockwork_request_duration_seconds",
+        "Admission to answer of successful requests",
+    );
+    Histogram::with_opts(opts.buckets(exponential_buckets(0.0005, 2.0, 12)?))
+}
+
+impl Metrics {
+    /// Registers every series; the models' series start at zero.
+    pub fn new(models: &[ModelSpec]) -> prometheus::Result<Self> {
+        let r = Registry::new();
+        let families = ModelFamilies::register(&r)?;
         let per_model = models
             .iter()
             .map(|spec| Arc::new(families.resolve(&spec.name)))
@@ -186,30 +197,11 @@ impl Metrics {
             ),
             &["device", "lane"],
         )?;
-        r.register(Box::new(busy.clone()))?;
-        let signed = vec![-1e-2, -1e-3, -1e-4, -1e-5, 0.0, 1e-5, 1e-4, 1e-3, 1e-2];
-        let prediction_error = HistogramVec::new(
-            HistogramOpts::new(
-                "clockwork_prediction_error_seconds",
-                "Measured minus planned duration of actions",
-            )
-            .buckets(signed),
-            &["kind"],
-        )?;
-        r.register(Box::new(prediction_error.clone()))?;
-        let latency = Histogram::with_opts(
-            HistogramOpts::new(
-                "clockwork_request_duration_seconds",
-                "Admission to answer of successful requests",
-            )
-            .buckets(exponential_buckets(0.0005, 2.0, 12)?),
-        )?;
-        r.register(Box::new(latency.clone()))?;
         let events_lost = IntCounter::new(
             "clockwork_metrics_events_lost",
             "Events the metrics task fell too far behind to see",
         )?;
-        r.register(Box::new(events_lost.clone()))?;
+        let device = ["device"];
         Ok(Self {
             api_errors: counter(
                 &r,
@@ -227,13 +219,13 @@ impl Metrics {
                 &r,
                 "clockwork_loads",
                 "Model loads completed, by device",
-                &["device"],
+                &device,
             )?,
             evictions: counter(
                 &r,
                 "clockwork_evictions",
                 "Model unloads (evictions) completed, by device",
-                &["device"],
+                &device,
             )?,
             action_failures: counter(
                 &r,
@@ -241,13 +233,13 @@ impl Metrics {
                 "Actions that did not complete, by kind",
                 &["kind"],
             )?,
-            registry: r,
+            busy: registered(&r, busy)?,
+            prediction_error: registered(&r, prediction_error_family()?)?,
+            latency: registered(&r, latency_family()?)?,
+            events_lost: registered(&r, events_lost)?,
             families,
             models: RwLock::new(per_model),
-            busy,
-            prediction_error,
-            latency,
-            events_lost,
+            registry: r,
         })
     }
 
@@ -283,9 +275,10 @@ impl Metrics {
     /// An error answer; a known model's failure is counted here unless the controller
     /// admitted the request (then its event counts it).
     pub fn api_error(&self, error: &ApiError, model: Option<ModelId>) {
-        self.api_errors.with_label_values(&[error.kind()]).inc();
+        let kind = error.kind();
+        self.api_errors.with_label_values(&[kind.as_str()]).inc();
         if let Some(m) = model.and_then(|id| self.model(id)) {
-            if !error.after_admission() {
+            if !kind.after_admission() {
                 m.failure.inc();
             }
         }
@@ -296,23 +289,27 @@ impl Metrics {
             return;
         };
         let duration = event.answered.saturating_sub(event.arrival);
-        match event.outcome {
-            "ok" | "late" => {
-                m.success.inc();
-                m.count.inc();
-                m.request_us.inc_by(duration / 1000);
-                self.latency.observe(seconds(duration));
-                if event.outcome == "ok" {
-                    m.within_slo.inc();
-                } else {
-                    m.late.inc();
-                }
+        let succeeded = || {
+            m.success.inc();
+            m.count.inc();
+            m.request_us.inc_by(duration / 1000);
+            self.latency.observe(seconds(duration));
+        };
+        match event.outcome.class() {
+            Class::InTime => {
+                succeeded();
+                m.within_slo.inc();
             }
-            "failed" => m.failure.inc(),
-            reason => {
+            Class::Late => {
+                succeeded();
+                m.late.inc();
+            }
+            Class::Refused => {
                 m.failure.inc();
+                let reason = event.outcome.as_str();
                 self.refusals.with_label_values(&[&m.name, reason]).inc();
             }
+            Class::Rejected | Class::Failed => m.failure.inc(),
         }
     }
 

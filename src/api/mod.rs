@@ -38,7 +38,7 @@ use utoipa_actix_web::service_config::ServiceConfig;
 use utoipa_actix_web::AppExt;
 
 pub use binary::HEADER_LENGTH;
-pub use error::{ApiError, ErrorBody};
+pub use error::{status_for, ApiError, ErrorBody};
 pub use metrics::Metrics;
 pub use models::Models;
 

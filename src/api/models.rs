@@ -360,16 +360,16 @@ mod tests {
         let models = Models::new(std::slice::from_ref(&spec));
         assert!(models.find("z", Some("1")).is_ok());
         assert_eq!(
-            models.find("z", Some("2")).err().map(|e| e.kind()),
+            models.find("z", Some("2")).err().map(|e| e.kind().as_str()),
             Some("unknown_version")
         );
         assert_eq!(
-            models.find("y", None).err().map(|e| e.kind()),
+            models.find("y", None).err().map(|e| e.kind().as_str()),
             Some("unknown_model")
         );
         models.find("z", None).unwrap().set_available(false);
         assert_eq!(
-            models.ready("z", None).err().map(|e| e.kind()),
+            models.ready("z", None).err().map(|e| e.kind().as_str()),
             Some("model_unavailable")
         );
     }

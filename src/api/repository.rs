@@ -18,7 +18,6 @@ use super::error::{ApiError, ErrorBody};
 use super::ApiState;
 use crate::actors::messages::{InferError, RegisterError, RegisterModel};
 use crate::repository::RepositoryError;
-use crate::scheduler::Refusal;
 
 /// Optional body of an index request.
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -124,6 +123,7 @@ pub(super) async fn index(
     (status = 200, description = "loaded"),
     (status = 400, description = "invalid_json, bad_input, load_failed", body = ErrorBody),
     (status = 404, description = "unknown_model", body = ErrorBody),
+    (status = 503, description = "shutting_down", body = ErrorBody),
 ))]
 #[post("/v2/repository/models/{model}/load")]
 pub(super) async fn load(
@@ -178,7 +178,7 @@ async fn register(state: &ApiState, name: String) -> Result<(), ApiError> {
         .controller
         .send(message)
         .await
-        .map_err(|_| ApiError::Infer(InferError::Refused(Refusal::ShuttingDown)))?;
+        .map_err(|_| ApiError::Infer(InferError::ShuttingDown))?;
     let id = match registered {
         Ok(id) => id,
         Err(RegisterError::Duplicate(_)) => return Ok(()),

@@ -13,6 +13,8 @@ use actix_web::web::Bytes;
 
 use crate::api::HEADER_LENGTH;
 use crate::model::DataType;
+use crate::outcome::Outcome;
+use crate::report::Answered;
 use crate::time::Nanos;
 
 /// Why the load generator could not talk to the server at all.
@@ -53,32 +55,41 @@ impl Prepared {
     }
 }
 
+/// Label of an answer the client could not read at all (connection, timeout, body).
+pub const NO_ANSWER: &str = "http_error";
+
 /// How one request ended, as the client saw it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    Ok {
-        late: bool,
-    },
-    /// An error answer, by its `error_type` (or `http_error` for anything else).
-    NotOk(&'static str),
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Sent {
+    /// The server answered: a success (in time or late) or a documented `error_type`.
+    Answered(Outcome),
+    /// An error answer whose `error_type` this build does not know, named as received.
+    UnknownKind(String),
+    /// No answer the client could read.
+    NoAnswer,
 }
 
-/// Error kinds the server documents; anything else is counted as `http_error`.
-const KINDS: &[&str] = &[
-    "deadline_unreachable",
-    "timed_out",
-    "unknown_model",
-    "shutting_down",
-    "bad_input",
-    "execution_failed",
-    "invalid_json",
-    "invalid_binary",
-    "invalid_body",
-    "payload_too_large",
-    "unknown_version",
-    "model_unavailable",
-    "not_found",
-];
+impl From<Sent> for Answered {
+    fn from(sent: Sent) -> Self {
+        match sent {
+            Sent::Answered(outcome) => Answered::Known(outcome),
+            Sent::UnknownKind(kind) => {
+                Answered::Unrecognised(format!("unknown error_type '{kind}'"))
+            }
+            Sent::NoAnswer => Answered::Unrecognised(NO_ANSWER.to_owned()),
+        }
+    }
+}
+
+/// The outcome an error answer names in its `error_type`.
+fn error_kind(answer: &Value) -> Sent {
+    let kind = answer["error_type"].as_str().unwrap_or_default();
+    match kind.parse::<Outcome>() {
+        // A success named as an error would be a server bug: keep it visible.
+        Ok(outcome) if !outcome.is_success() => Sent::Answered(outcome),
+        _ => Sent::UnknownKind(kind.to_owned()),
+    }
+}
 
 /// An HTTP client with a timeout suited to inference.
 pub fn client(timeout: Duration) -> Client {
@@ -173,7 +184,7 @@ pub async fn prepare(client: &Client, base: &str, model: &str) -> Result<Prepare
 }
 
 /// Sends one prepared request, with `slo` as its objective if given.
-pub async fn send(client: &Client, request: &Prepared, slo: Option<Nanos>) -> Outcome {
+pub async fn send(client: &Client, request: &Prepared, slo: Option<Nanos>) -> Sent {
     let (header_length, body) = request.body(slo);
     let sent = client
         .post(&request.url)
@@ -182,11 +193,11 @@ pub async fn send(client: &Client, request: &Prepared, slo: Option<Nanos>) -> Ou
         .send_body(body)
         .await;
     let Ok(mut response) = sent else {
-        return Outcome::NotOk("http_error");
+        return Sent::NoAnswer;
     };
     let status = response.status();
     let Ok(body) = response.body().limit(64 << 20).await else {
-        return Outcome::NotOk("http_error");
+        return Sent::NoAnswer;
     };
     let json_length = response
         .headers()
@@ -195,16 +206,39 @@ pub async fn send(client: &Client, request: &Prepared, slo: Option<Nanos>) -> Ou
         .unwrap_or(body.len())
         .min(body.len());
     let answer: Value = serde_json::from_slice(&body[..json_length]).unwrap_or(Value::Null);
-    if status.is_success() {
-        let late = answer["parameters"]["late"].as_bool().unwrap_or(false);
-        return Outcome::Ok { late };
+    if !status.is_success() {
+        return error_kind(&answer);
     }
-    let kind = answer["error_type"].as_str().unwrap_or_default();
-    Outcome::NotOk(
-        KINDS
-            .iter()
-            .find(|k| **k == kind)
-            .copied()
-            .unwrap_or("http_error"),
-    )
+    match answer["parameters"]["late"].as_bool() {
+        Some(true) => Sent::Answered(Outcome::Late),
+        _ => Sent::Answered(Outcome::Ok),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn error_types_are_read_as_outcomes_and_unknown_ones_kept_by_name() {
+        let answer = |kind: &str| json!({"error": "x", "error_type": kind});
+        assert_eq!(
+            error_kind(&answer("load_failed")),
+            Sent::Answered(Outcome::LoadFailed)
+        );
+        assert_eq!(
+            error_kind(&answer("timed_out")),
+            Sent::Answered(Outcome::TimedOut)
+        );
+        assert_eq!(
+            error_kind(&answer("brand_new")),
+            Sent::UnknownKind("brand_new".into())
+        );
+        assert_eq!(error_kind(&answer("ok")), Sent::UnknownKind("ok".into()));
+        assert_eq!(
+            Answered::from(Sent::UnknownKind("brand_new".into())),
+            Answered::Unrecognised("unknown error_type 'brand_new'".into())
+        );
+    }
 }

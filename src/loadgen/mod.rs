@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-pub use client::{client, prepare, ready_models, send, ClientError, Outcome, Prepared};
+pub use client::{client, prepare, ready_models, send, ClientError, Prepared, Sent, NO_ANSWER};
 
-use crate::report::{Answered, Recorder, Report};
+use crate::report::{Recorder, Report};
 use crate::time::Nanos;
 use crate::workload::{self, Arrival, ClosedLoop, WorkloadKind, WorkloadParams};
 
@@ -73,19 +73,13 @@ fn since(start: Instant) -> Nanos {
     start.elapsed().as_nanos() as Nanos
 }
 
-fn record(tally: &Shared, arrival: Nanos, answered: Nanos, outcome: Outcome) {
+fn record(tally: &Shared, arrival: Nanos, answered: Nanos, sent: Sent) {
     let mut t = tally.borrow_mut();
-    let how = match outcome {
-        Outcome::Ok { late } => {
-            t.ok += 1;
-            Answered::Ok { late }
-        }
-        Outcome::NotOk(kind) => {
-            t.not_ok += 1;
-            Answered::NotOk(kind)
-        }
-    };
-    t.recorder.answered(arrival, answered, how);
+    match &sent {
+        Sent::Answered(outcome) if outcome.is_success() => t.ok += 1,
+        _ => t.not_ok += 1,
+    }
+    t.recorder.answered(arrival, answered, sent.into());
 }
 
 /// Sends one arrival and records its answer.

@@ -68,7 +68,10 @@ pub struct PolicyReport {
     pub late: u64,
     /// Refusals by reason.
     pub refused: BTreeMap<String, u64>,
+    /// Answers that are neither successes nor refusals: the sum of `errors`.
     pub failed: u64,
+    /// Those answers by kind (a load generator also names answers it could not read).
+    pub errors: BTreeMap<String, u64>,
     /// `ok_in_slo / offered`.
     pub goodput: f64,
     pub latency_ms: LatencyMs,

@@ -6,15 +6,24 @@ use hdrhistogram::Histogram;
 
 use super::{ms, LatencyMs, PolicyReport, PredictionErrorMs, TimePoint, TimelineSpan};
 use crate::events::ActionDone;
+use crate::outcome::{Class, Outcome};
 use crate::time::Nanos;
 
 /// How a request was answered, as a report counts it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Answered {
-    /// A result; `late` if after its deadline.
-    Ok { late: bool },
-    /// A refusal or error, by its stable kind label.
-    NotOk(&'static str),
+    /// An answer in the server's vocabulary.
+    Known(Outcome),
+    /// An answer outside it, named as the client saw it (the load generator's only): no
+    /// readable answer at all, or an `error_type` this build does not know. Counted under
+    /// that name, never folded into a known outcome.
+    Unrecognised(String),
+}
+
+impl From<Outcome> for Answered {
+    fn from(outcome: Outcome) -> Self {
+        Answered::Known(outcome)
+    }
 }
 
 /// Accumulates one run of one policy.
@@ -27,7 +36,10 @@ pub struct Recorder {
     in_slo: Vec<u64>,
     ok_in_slo: u64,
     late: u64,
-    not_ok: BTreeMap<&'static str, u64>,
+    /// Refusals and errors by outcome.
+    not_ok: BTreeMap<Outcome, u64>,
+    /// Answers outside the vocabulary, by the name the client gave them.
+    unrecognised: BTreeMap<String, u64>,
     /// Latency of successful answers in microseconds.
     latency_us: Histogram<u64>,
     /// Measured minus planned duration of INFERs, nanoseconds.
@@ -56,6 +68,7 @@ impl Recorder {
             ok_in_slo: 0,
             late: 0,
             not_ok: BTreeMap::new(),
+            unrecognised: BTreeMap::new(),
             // 1 us to an hour at 3 significant digits; longer latencies saturate.
             latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3)
                 .unwrap_or_else(|_| unreachable!("constant, valid bounds")),
@@ -86,19 +99,28 @@ impl Recorder {
 
     /// The request that arrived at `arrival` was answered at `answered`.
     pub fn answered(&mut self, arrival: Nanos, answered: Nanos, how: Answered) {
-        match how {
-            Answered::Ok { late } => {
-                let latency = answered.saturating_sub(arrival) / 1_000;
-                self.latency_us.saturating_record(latency.max(1));
-                if late {
-                    self.late += 1;
-                } else {
-                    self.ok_in_slo += 1;
-                    let index = (arrival / self.bucket) as usize;
-                    *Self::slot(&mut self.in_slo, index) += 1;
-                }
+        let outcome = match how {
+            Answered::Known(outcome) => outcome,
+            Answered::Unrecognised(name) => {
+                *self.unrecognised.entry(name).or_default() += 1;
+                return;
             }
-            Answered::NotOk(kind) => *self.not_ok.entry(kind).or_default() += 1,
+        };
+        let latency = answered.saturating_sub(arrival) / 1_000;
+        match outcome.class() {
+            Class::InTime => {
+                self.latency_us.saturating_record(latency.max(1));
+                self.ok_in_slo += 1;
+                let index = (arrival / self.bucket) as usize;
+                *Self::slot(&mut self.in_slo, index) += 1;
+            }
+            Class::Late => {
+                self.latency_us.saturating_record(latency.max(1));
+                self.late += 1;
+            }
+            Class::Refused | Class::Rejected | Class::Failed => {
+                *self.not_ok.entry(outcome).or_default() += 1
+            }
         }
     }
 
@@ -137,18 +159,16 @@ impl Recorder {
     /// The report of this run, handled in `wall_s` seconds of wall-clock time.
     pub fn finish(self, policy: &str, wall_s: f64) -> PolicyReport {
         let offered: u64 = self.offered.iter().sum();
-        let refused: BTreeMap<String, u64> = self
-            .not_ok
-            .iter()
-            .filter(|(kind, _)| !matches!(**kind, "execution_failed" | "bad_input"))
-            .map(|(k, v)| ((*k).to_owned(), *v))
-            .collect();
-        let failed = self
-            .not_ok
-            .iter()
-            .filter(|(k, _)| !refused.contains_key(**k))
-            .map(|(_, v)| v)
-            .sum();
+        let by_name = |refusals: bool| {
+            self.not_ok
+                .iter()
+                .filter(move |(outcome, _)| outcome.is_refusal() == refusals)
+                .map(|(outcome, &n)| (outcome.as_str().to_owned(), n))
+        };
+        let refused: BTreeMap<String, u64> = by_name(true).collect();
+        let errors: BTreeMap<String, u64> =
+            by_name(false).chain(self.unrecognised.clone()).collect();
+        let failed = errors.values().sum();
         PolicyReport {
             policy: policy.to_owned(),
             offered,
@@ -156,6 +176,7 @@ impl Recorder {
             late: self.late,
             refused,
             failed,
+            errors,
             goodput: ratio(self.ok_in_slo, offered),
             latency_ms: self.latency(),
             cold_loads: self.loads,
@@ -255,9 +276,11 @@ mod tests {
         for i in 0..100u64 {
             r.offered(i * 100 * MS);
             let how = match i {
-                0..=89 => Answered::Ok { late: false },
-                90..=94 => Answered::Ok { late: true },
-                _ => Answered::NotOk("timed_out"),
+                0..=89 => Answered::Known(Outcome::Ok),
+                90..=94 => Answered::Known(Outcome::Late),
+                95..=97 => Answered::Known(Outcome::TimedOut),
+                98 => Answered::Known(Outcome::BadInput),
+                _ => Answered::Unrecognised("http_error".into()),
             };
             r.answered(i * 100 * MS, i * 100 * MS + (i + 1) * MS, how);
         }
@@ -281,7 +304,10 @@ mod tests {
             (report.offered, report.ok_in_slo, report.late),
             (100, 90, 5)
         );
-        assert_eq!(report.refused.get("timed_out"), Some(&5));
+        assert_eq!(report.refused, BTreeMap::from([("timed_out".into(), 3)]));
+        let errors = BTreeMap::from([("bad_input".into(), 1), ("http_error".into(), 1)]);
+        assert_eq!(report.errors, errors);
+        assert_eq!(report.failed, 2);
         assert!((report.goodput - 0.9).abs() < 1e-9);
         assert!((report.latency_ms.max - 95.0).abs() < 0.1);
         assert!(

@@ -84,6 +84,13 @@ pub fn markdown(report: &Report) -> String {
         };
         let _ = writeln!(md, "- {}: {reasons}", p.policy);
     }
+    if report.policies.iter().any(|p| !p.errors.is_empty()) {
+        md.push_str("\nErrors by kind:\n\n");
+        for p in &report.policies {
+            let errors: Vec<String> = p.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            let _ = writeln!(md, "- {}: {}", p.policy, errors.join(", "));
+        }
+    }
     md.push_str("\nPlots: `latency_cdf.svg`, `goodput.svg`, `timeline_<policy>.svg`.\n");
     md
 }

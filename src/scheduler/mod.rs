@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::PolicyConfig;
 use crate::model::{ActionId, DeviceId, ModelId, ModelProfile, RequestId};
+use crate::outcome::Outcome as RequestOutcome;
 use crate::time::Nanos;
 
 /// A request as the policy sees it: no payload, only what decides its fate.
@@ -115,28 +116,26 @@ pub struct Outcome {
     pub result: Result<Measured, ActionError>,
 }
 
-/// Why a request was refused without a result.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Why the policy refused an admitted request without a result. Only what the policy
+/// decides: requests the controller turns away before admission (unknown model, draining)
+/// are its own errors (`InferError`), never the policy's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, thiserror::Error)]
 #[serde(rename_all = "snake_case")]
 pub enum Refusal {
     /// When it could start, it could no longer finish before its deadline.
+    #[error("the request could not be finished within its latency objective")]
     DeadlineUnreachable,
     /// It waited in the queue until no device could finish it in time.
+    #[error("the request waited until no device could finish it within its latency objective")]
     TimedOut,
-    /// No model of that name is registered.
-    UnknownModel,
-    /// The server is shutting down and admits nothing new.
-    ShuttingDown,
 }
 
 impl Refusal {
-    /// Stable label for error types and metrics.
-    pub fn kind(self) -> &'static str {
+    /// Its name in the one outcome vocabulary.
+    pub fn outcome(self) -> RequestOutcome {
         match self {
-            Refusal::DeadlineUnreachable => "deadline_unreachable",
-            Refusal::TimedOut => "timed_out",
-            Refusal::UnknownModel => "unknown_model",
-            Refusal::ShuttingDown => "shutting_down",
+            Refusal::DeadlineUnreachable => RequestOutcome::DeadlineUnreachable,
+            Refusal::TimedOut => RequestOutcome::TimedOut,
         }
     }
 }
@@ -238,7 +237,9 @@ pub trait Policy {
     fn add_model(&mut self, model: ModelInfo) -> ModelId;
     /// Makes a device known; its id must be the next dense index.
     fn add_device(&mut self, device: DeviceInfo) -> DeviceId;
-    /// Takes a request into the queues (or answers it at once).
+    /// Takes a request into the queues (or answers it at once). `request.model` must be
+    /// a model added with `add_model` (the controller turns unknown names away before
+    /// admission); a policy panics on any other, as on any broken invariant.
     fn admit(&mut self, request: Request, now: Nanos, plan: &mut Plan);
     /// Learns from the report of an action it planned.
     fn observe(&mut self, outcome: Outcome, now: Nanos, plan: &mut Plan);

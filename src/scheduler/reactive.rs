@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use super::ids::IdMap;
 use super::{
     Action, ActionKind, Answer, DeviceInfo, DeviceSnapshot, ModelInfo, Outcome, Plan, Policy,
-    PolicySnapshot, Refusal, Request, Verdict,
+    PolicySnapshot, Request, Verdict,
 };
 use crate::config::PolicyConfig;
 use crate::model::{ActionId, DeviceId, ModelId, RequestId};
@@ -298,15 +298,9 @@ impl Policy for ReactivePolicy {
         DeviceId(self.devices.len() as u32 - 1)
     }
 
-    fn admit(&mut self, request: Request, _now: Nanos, plan: &mut Plan) {
-        let Some(m) = self.models.get_mut(request.model.0 as usize) else {
-            let verdict = Verdict::Refused(Refusal::UnknownModel);
-            plan.answers.push(Answer {
-                request: request.id,
-                verdict,
-            });
-            return;
-        };
+    fn admit(&mut self, request: Request, _now: Nanos, _plan: &mut Plan) {
+        // The controller admits only models it added (see `Policy::admit`).
+        let m = &mut self.models[request.model.0 as usize];
         m.queue
             .push_back((request.id, request.arrival, request.deadline()));
         self.queued += 1;

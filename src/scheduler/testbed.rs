@@ -11,9 +11,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 
 use super::ids::IdMap;
 
-use super::{
-    Action, ActionError, ActionKind, Measured, Outcome, Plan, Policy, Refusal, Request, Verdict,
-};
+use super::{Action, ActionError, ActionKind, Measured, Outcome, Plan, Policy, Request, Verdict};
 use crate::model::{ActionId, ModelId, ModelProfile};
 use crate::time::Nanos;
 
@@ -189,7 +187,9 @@ impl<P: Policy> Testbed<P> {
                 self.report.completed += 1;
                 self.report.late += usize::from(*late);
             }
-            Verdict::Refused(r) => *self.report.refused.entry(Refusal::kind(*r)).or_default() += 1,
+            Verdict::Refused(r) => {
+                *self.report.refused.entry(r.outcome().as_str()).or_default() += 1
+            }
             Verdict::Failed(_) => self.report.failed += 1,
         }
         if self.answered.insert(request, verdict).is_some() {

@@ -13,8 +13,8 @@ use crate::actors::messages::Submit;
 use crate::actors::{Controller, RuntimeBuilder};
 use crate::config::Config;
 use crate::events::Event;
+use crate::outcome::Outcome;
 use crate::report::{Answered, PolicyReport, Recorder};
-use crate::scheduler::Refusal;
 use crate::tensor::Tensor;
 use crate::time::{virtual_system, Clock, Nanos, MS};
 use crate::workload::{self, Arrival, ClosedLoop, WorkloadKind};
@@ -56,10 +56,11 @@ impl Sender {
         let this = self.clone();
         async move {
             let how = match answer.await {
-                Ok(Ok(ok)) => Answered::Ok { late: ok.late },
-                Ok(Err(error)) => Answered::NotOk(error.kind()),
+                Ok(Ok(ok)) if ok.late => Answered::Known(Outcome::Late),
+                Ok(Ok(_)) => Answered::Known(Outcome::Ok),
+                Ok(Err(error)) => Answered::Known(error.kind()),
                 // The controller stopped before answering: count it as refused.
-                Err(_) => Answered::NotOk(Refusal::ShuttingDown.kind()),
+                Err(_) => Answered::Known(Outcome::ShuttingDown),
             };
             let now = this.clock.now();
             this.recorder.borrow_mut().answered(arrival.at, now, how);

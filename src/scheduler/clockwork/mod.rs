@@ -312,13 +312,8 @@ impl Policy for ClockworkPolicy {
     }
 
     fn admit(&mut self, request: Request, now: Nanos, plan: &mut Plan) {
-        let Some(model) = self.models.get(request.model.0 as usize) else {
-            plan.answers.push(Answer {
-                request: request.id,
-                verdict: Verdict::Refused(Refusal::UnknownModel),
-            });
-            return;
-        };
+        // The controller admits only models it added (see `Policy::admit`).
+        let model = &self.models[request.model.0 as usize];
         let p = &self.params;
         // Keep a buffer for estimate error, but never plan past the objective itself.
         let window = request
