@@ -5,6 +5,7 @@ mod api_support;
 
 use api_support::{assert_error, mlp_request, start, start_default};
 use clockwork::api::ApiSettings;
+use clockwork::outcome::Outcome;
 use serde_json::json;
 
 const INFER: &str = "/v2/models/mlp/infer";
@@ -153,7 +154,12 @@ async fn bad_binary_data_is_named() {
         "44 bytes",
     );
     // A header cut inside the JSON.
-    assert_error(&parse(with(256, "5".into()).await), 400, "invalid_json", "");
+    assert_error(
+        &parse(with(256, "5".into()).await),
+        400,
+        "invalid_json",
+        "EOF",
+    );
     let answer = parse(with(256, length.to_string()).await);
     assert_eq!(answer.0, 200, "{}", answer.1);
 
@@ -196,16 +202,14 @@ async fn an_objective_that_cannot_be_met_is_refused_at_once() {
     let started = std::time::Instant::now();
     let answer = server.post_json(INFER, &request).await;
     // Refused at admission (cold model) or as soon as it waits past hope (warm one).
-    let kind = answer.1["error_type"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let kind = answer.1["error_type"].as_str().unwrap_or_default();
+    let outcome: Outcome = kind.parse().unwrap_or_else(|e| panic!("{e}: {}", answer.1));
     assert!(
-        ["deadline_unreachable", "timed_out"].contains(&kind.as_str()),
+        matches!(outcome, Outcome::DeadlineUnreachable | Outcome::TimedOut),
         "{}",
         answer.1
     );
-    assert_error(&answer, 503, &kind, "latency objective");
+    assert_error(&answer, 503, outcome.as_str(), "latency objective");
     assert!(started.elapsed() < std::time::Duration::from_millis(500));
     let (status, _) = server.post_json(INFER, &mlp_request(1.0)).await;
     assert_eq!(status, 200);

@@ -5,12 +5,43 @@ mod api_support;
 use std::time::Duration;
 
 use api_support::{mlp_request, start_default};
+use clockwork::outcome::Outcome;
 use serde_json::json;
 
 /// The value of the series `name` (with its labels, as printed), if present.
 fn value(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// Refusals of `mlp` by the policy, whichever the reason.
+fn refusals(text: &str) -> f64 {
+    [Outcome::DeadlineUnreachable, Outcome::TimedOut]
+        .iter()
+        .filter_map(|r| {
+            value(
+                text,
+                &format!("clockwork_refusals{{model=\"mlp\",reason=\"{r}\"}}"),
+            )
+        })
+        .sum()
+}
+
+/// The metrics text once `ready` holds of it; fails after a bounded number of reads.
+async fn metrics_when(server: &api_support::TestServer, ready: impl Fn(&str) -> bool) -> String {
+    const TRIES: usize = 200;
+    let mut text = String::new();
+    for _ in 0..TRIES {
+        let (status, body) = server.get("/metrics").await;
+        assert_eq!(status, 200);
+        text = String::from_utf8(body).unwrap();
+        if ready(&text) {
+            return text;
+        }
+        // Gives the metrics task its turn before reading again.
+        actix_web::rt::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("the metrics never reached the expected counts after {TRIES} reads:\n{text}");
 }
 
 #[actix_web::test]
@@ -29,19 +60,15 @@ async fn successes_failures_and_device_work_are_counted() {
     assert_eq!(server.post_json("/v2/models/mlp/infer", &late).await.0, 503);
     assert_eq!(server.post_json("/v2/models/x/infer", &bad).await.0, 404);
 
-    // Events reach the metrics task asynchronously: wait for them.
-    let mut text = String::new();
-    for _ in 0..100 {
-        let (status, body) = server.get("/metrics").await;
-        assert_eq!(status, 200);
-        text = String::from_utf8(body).unwrap();
-        if value(&text, "nv_inference_request_failure{model=\"mlp\"}") == Some(2.0)
-            && value(&text, "nv_inference_request_success{model=\"mlp\"}") == Some(3.0)
-        {
-            break;
-        }
-        actix_web::rt::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Events reach the metrics task asynchronously: wait until every event-fed count is
+    // in (the refusal, the last success and the load are each counted from one event).
+    let text = metrics_when(&server, |text| {
+        value(text, "nv_inference_request_failure{model=\"mlp\"}") == Some(2.0)
+            && value(text, "clockwork_requests_within_slo{model=\"mlp\"}") == Some(3.0)
+            && refusals(text) == 1.0
+            && value(text, "clockwork_loads{device=\"0\"}") == Some(1.0)
+    })
+    .await;
     let get = |series: &str| value(&text, series).unwrap_or_else(|| panic!("{series} in\n{text}"));
     assert_eq!(get("nv_inference_request_success{model=\"mlp\"}"), 3.0);
     assert_eq!(get("nv_inference_count{model=\"mlp\"}"), 3.0);
@@ -56,16 +83,7 @@ async fn successes_failures_and_device_work_are_counted() {
     );
     assert_eq!(get("clockwork_requests_within_slo{model=\"mlp\"}"), 3.0);
     // Refused at admission or on expiry, depending on whether the model was warm.
-    let refusals: f64 = ["deadline_unreachable", "timed_out"]
-        .iter()
-        .filter_map(|r| {
-            value(
-                &text,
-                &format!("clockwork_refusals{{model=\"mlp\",reason=\"{r}\"}}"),
-            )
-        })
-        .sum();
-    assert_eq!(refusals, 1.0, "{text}");
+    assert_eq!(refusals(&text), 1.0, "{text}");
     assert_eq!(
         get("clockwork_request_errors{error_type=\"bad_input\"}"),
         1.0

@@ -6,10 +6,11 @@
 use actix_web::dev::ServerHandle;
 use actix_web::HttpServer;
 use clockwork::actors::{Placement, Runtime, RuntimeBuilder};
-use clockwork::api::{self, ApiSettings, ApiState};
+use clockwork::api::{self, status_for, ApiSettings, ApiState};
 use clockwork::config::Config;
 use clockwork::gpu::profiles;
 use clockwork::model::{DataType, ModelSpec, TensorSpec};
+use clockwork::outcome::Outcome;
 use clockwork::time::{Clock, MS};
 use serde_json::Value;
 
@@ -165,9 +166,11 @@ pub fn mlp_request(value: f32) -> Value {
 }
 
 /// Asserts an error answer: its status and `error_type`, and that the message names
-/// `mentions`.
+/// `mentions`. `error_type` must be an outcome whose status (`status_for`) is `status`.
 pub fn assert_error(answer: &(u16, Value), status: u16, error_type: &str, mentions: &str) {
     let (got, body) = answer;
+    let kind: Outcome = error_type.parse().expect("a documented error kind");
+    assert_eq!(status_for(kind).as_u16(), status, "the status of {kind}");
     assert_eq!(*got, status, "{body}");
     assert_eq!(body["error_type"], error_type, "{body}");
     let message = body["error"].as_str().unwrap_or_default();
