@@ -18,7 +18,7 @@ use crate::time::{nanos, Clock};
 impl RuntimeBuilder {
     /// Devices, models and repository as the configuration file describes them.
     pub fn from_config(clock: Clock, config: &Config) -> Result<Self, StartError> {
-        let mut builder = Self::new(clock, config.policy.clone());
+        let mut builder = Self::new(clock, config.policy.clone()).runtime(config.runtime.clone());
         for group in &config.devices {
             for i in 0..group.count {
                 let backend = device(clock, group, i, builder.devices.len())?;
@@ -26,7 +26,7 @@ impl RuntimeBuilder {
             }
         }
         for model in &config.models {
-            let slo = nanos(model.slo.unwrap_or(config.policy.default_slo));
+            let slo = nanos(model.slo.unwrap_or(config.runtime.default_slo));
             for copy in 0..model.copies {
                 let name = if model.copies == 1 {
                     model.name.clone()
@@ -55,7 +55,7 @@ impl RuntimeBuilder {
         let source = RepositorySource {
             repository: Repository::new(&repository.path),
             settings: PrepareSettings {
-                default_slo: config.policy.default_slo,
+                default_slo: config.runtime.default_slo,
                 kind: cpu.kind(),
                 profiling: ProfileSettings {
                     threads: cpu.threads,
@@ -102,7 +102,7 @@ impl RuntimeBuilder {
             return Err(StartError::DuplicateModel(spec.name.clone()));
         }
         let backends = registration.backends.as_deref();
-        let model = ModelFacts::new(spec, self.policy.page_bytes, true, backends);
+        let model = ModelFacts::new(spec, self.runtime.page_bytes, true, backends);
         eligible_devices(model, &self.device_facts())?;
         Ok(registration)
     }

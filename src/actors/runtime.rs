@@ -7,7 +7,7 @@ use actix::prelude::*;
 use super::eligibility::{eligible_devices, DeviceFacts, IneligibleModel, ModelFacts};
 use super::messages::{Drain, RegisterArtifact};
 use super::{Controller, ControllerParts, Executor, ExecutorLinks, ModelCache};
-use crate::config::{BackendKind, PolicyConfig};
+use crate::config::{BackendKind, PolicyConfig, RuntimeConfig};
 use crate::events::EventBus;
 use crate::gpu::profiles;
 use crate::gpu::Backend;
@@ -43,8 +43,6 @@ pub enum StartError {
     Device { name: String, message: String },
     #[error(transparent)]
     Repository(#[from] RepositoryError),
-    #[error(transparent)]
-    UnknownPolicy(#[from] scheduler::UnknownPolicy),
 }
 
 /// A model to register: its description, its graph if it has one, and the backends its
@@ -59,6 +57,7 @@ pub(super) struct ModelEntry {
 pub struct RuntimeBuilder {
     pub(super) clock: Clock,
     pub(super) policy: PolicyConfig,
+    pub(super) runtime: RuntimeConfig,
     pub(super) models: Vec<ModelEntry>,
     pub(super) devices: Vec<Box<dyn Backend>>,
     /// The configured backend of each device (`None`: added in code).
@@ -90,6 +89,7 @@ impl RuntimeBuilder {
         Self {
             clock,
             policy,
+            runtime: RuntimeConfig::default(),
             models: Vec::new(),
             devices: Vec::new(),
             backends: Vec::new(),
@@ -141,6 +141,12 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Page size and default objective (defaults: [`RuntimeConfig::default`]).
+    pub fn runtime(mut self, runtime: RuntimeConfig) -> Self {
+        self.runtime = runtime;
+        self
+    }
+
     pub fn placement(mut self, placement: Placement) -> Self {
         self.placement = placement;
         self
@@ -173,7 +179,7 @@ impl RuntimeBuilder {
             }
             let model = ModelFacts::new(
                 spec,
-                self.policy.page_bytes,
+                self.runtime.page_bytes,
                 entry.bytes.is_some(),
                 entry.backends.as_deref(),
             );
@@ -187,11 +193,11 @@ impl RuntimeBuilder {
         let allowed = self.check()?;
         let device_facts = self.device_facts();
         let events = EventBus::default();
-        let mut policy = scheduler::build(&self.policy.name, &self.policy)?;
+        let mut policy = scheduler::build(&self.policy);
         let mut cache = ModelCache::default();
         for (entry, devices) in self.models.iter().zip(allowed) {
             let spec = &entry.spec;
-            let pages = spec.profile.pages(self.policy.page_bytes);
+            let pages = spec.profile.pages(self.runtime.page_bytes);
             let id = cache.register(RegisterArtifact {
                 spec: spec.clone(),
                 bytes: entry.bytes.clone(),
@@ -235,7 +241,7 @@ impl RuntimeBuilder {
                 artifacts: cache.clone().recipient(),
             };
             let device = crate::model::DeviceId(i as u32);
-            let page_bytes = self.policy.page_bytes;
+            let page_bytes = self.runtime.page_bytes;
             let make = move |_: &mut Context<Executor>| {
                 Executor::new(device, clock, backend, page_bytes, links)
             };
@@ -256,7 +262,7 @@ impl RuntimeBuilder {
             policy,
             models: specs.clone(),
             devices: device_facts,
-            page_bytes: self.policy.page_bytes,
+            page_bytes: self.runtime.page_bytes,
             cache: cache.clone().recipient(),
             executors: executors.iter().map(|e| e.clone().recipient()).collect(),
             emulated,
