@@ -319,7 +319,9 @@ mod tests {
         assert_eq!(*cached.lock().unwrap(), vec![ModelId(0), ModelId(1)]);
         let ids: Vec<ModelId> = table.models().iter().map(|m| m.id).collect();
         assert_eq!(ids, vec![ModelId(0), ModelId(1)]);
-        let err = registry.register(policy.as_mut(), candidate("a")).unwrap_err();
+        let err = registry
+            .register(policy.as_mut(), candidate("a"))
+            .unwrap_err();
         assert_eq!(err, RegisterError::Duplicate("a".into()));
         assert_eq!(cached.lock().unwrap().len(), 2, "a refusal tells nobody");
     }
@@ -336,8 +338,20 @@ mod tests {
             profile: stray.spec.profile,
             devices: None,
         });
-        let err = registry.register(policy.as_mut(), candidate("a")).unwrap_err();
-        assert!(matches!(err, RegisterError::OutOfStep { policy: 1, registry: 0, .. }), "{err}");
+        let err = registry
+            .register(policy.as_mut(), candidate("a"))
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RegisterError::OutOfStep {
+                    policy: 1,
+                    registry: 0,
+                    ..
+                }
+            ),
+            "{err}"
+        );
         assert!(cached.lock().unwrap().is_empty());
         assert!(table.models().is_empty());
     }
