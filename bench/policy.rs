@@ -34,7 +34,9 @@ fn main() {
     let config = PolicyConfig::default();
     let spec = profiles::model("resnet50", "resnet50", 100 * MS).expect("built-in profile");
     let device = profiles::device("v100").expect("built-in profile");
-    let pages = spec.profile.pages(config.page_bytes);
+    let pages = spec
+        .profile
+        .pages(clockwork::config::RuntimeConfig::default().page_bytes);
     let mut policy = ClockworkPolicy::new(&config);
     for _ in 0..DEVICES {
         policy.add_device(DeviceInfo {

@@ -33,6 +33,7 @@ impl BlockingDevice for MatVecDevice {
             kind: "matvec-cpu".into(),
             pages: 64,
             emulated: false,
+            needs_graph: false,
         }
     }
 

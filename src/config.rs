@@ -1,13 +1,15 @@
 //! The configuration file (`config.toml`), documented field by field.
 //!
-//! Every key has a default taken from the Clockwork paper (see DESIGN.md), so an empty
-//! file is valid. Unknown keys are rejected with the key's name, because a misspelt
+//! Every key has a default taken from the Clockwork paper (see docs/ARCHITECTURE.md), so
+//! an empty file is valid. Unknown keys are rejected with the key's name, because a misspelt
 //! setting that silently keeps its default is worse than a refusal to start.
 
+use std::fmt;
 use std::path::Path;
+use std::str::FromStr;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Errors reading the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +36,8 @@ pub enum ConfigError {
 pub struct Config {
     pub server: ServerConfig,
     pub policy: PolicyConfig,
+    /// Settings of the runtime around the policy: page size, default objective.
+    pub runtime: RuntimeConfig,
     /// Groups of devices; every group adds `count` executors.
     pub devices: Vec<DeviceGroupConfig>,
     /// Models registered at start from built-in profiles (served by `sim` devices).
@@ -96,13 +100,103 @@ impl Default for ServerConfig {
     }
 }
 
+/// The policies that can be named in configuration and on the command line: the one
+/// table of their names.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "&'static str")]
+pub enum PolicyName {
+    /// Clockwork's planning with early refusal.
+    #[default]
+    Clockwork,
+    /// Ablation: Clockwork's planning without early refusal.
+    ClockworkNodrop,
+    /// A Clipper-like baseline that never refuses.
+    Reactive,
+}
+
+impl PolicyName {
+    /// Every policy, in the order help texts list them.
+    pub const ALL: [PolicyName; 3] = [Self::Clockwork, Self::ClockworkNodrop, Self::Reactive];
+
+    /// The name in configuration, on the command line and in reports.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Clockwork => "clockwork",
+            Self::ClockworkNodrop => "clockwork-nodrop",
+            Self::Reactive => "reactive",
+        }
+    }
+
+    /// Every name, comma-separated, for messages.
+    pub fn known() -> String {
+        Self::ALL.map(Self::as_str).join(", ")
+    }
+}
+
+impl fmt::Display for PolicyName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A policy name that is not one of [`PolicyName::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown policy '{0}' (known: {known})", known = PolicyName::known())]
+pub struct UnknownPolicy(pub String);
+
+impl FromStr for PolicyName {
+    type Err = UnknownPolicy;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| UnknownPolicy(s.to_owned()))
+    }
+}
+
+impl TryFrom<String> for PolicyName {
+    type Error = UnknownPolicy;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<PolicyName> for &'static str {
+    fn from(name: PolicyName) -> Self {
+        name.as_str()
+    }
+}
+
+/// Settings of the runtime that are not decisions of the policy.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    /// Latency objective of a request whose model and request name none.
+    #[serde(with = "humantime_serde")]
+    pub default_slo: Duration,
+    /// Size of one device weight page: the unit of device memory every model's weights
+    /// are counted in, by the executors and the policy alike.
+    pub page_bytes: u64,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            default_slo: Duration::from_millis(100),
+            page_bytes: 16 << 20,
+        }
+    }
+}
+
 /// Constants of the scheduling policy.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PolicyConfig {
     /// Which policy decides: `clockwork`, `clockwork-nodrop` (ablation: no early
     /// refusal) or `reactive` (a Clipper-like baseline).
-    pub name: String,
+    pub name: PolicyName,
     /// How far ahead of now each device's exec and load lanes are kept busy: more hides
     /// dispatch latency, less keeps batching decisions late and informed.
     #[serde(with = "humantime_serde")]
@@ -130,18 +224,13 @@ pub struct PolicyConfig {
     /// Longest estimated execution of one batch; larger batches are not formed.
     #[serde(with = "humantime_serde")]
     pub max_exec_time: Duration,
-    /// Latency objective of a request whose model and request name none.
-    #[serde(with = "humantime_serde")]
-    pub default_slo: Duration,
-    /// Size of one device weight page.
-    pub page_bytes: u64,
 }
 
 impl Default for PolicyConfig {
     fn default() -> Self {
         let ms = Duration::from_millis;
         Self {
-            name: "clockwork".into(),
+            name: PolicyName::Clockwork,
             schedule_ahead: ms(5),
             estimate_window: 10,
             estimate_percentile: 99.0,
@@ -151,8 +240,6 @@ impl Default for PolicyConfig {
             load_budget: ms(25),
             max_batch: 16,
             max_exec_time: ms(250),
-            default_slo: ms(100),
-            page_bytes: 16 << 20,
         }
     }
 }
@@ -178,7 +265,7 @@ pub struct DeviceGroupConfig {
     /// Number of devices in the group.
     #[serde(default = "one")]
     pub count: u32,
-    /// Weight memory in pages of `policy.page_bytes`: overrides a `sim` profile's; the
+    /// Weight memory in pages of `runtime.page_bytes`: overrides a `sim` profile's; the
     /// capacity of a `cpu` device (default 64, 1 GiB with 16 MiB pages).
     pub pages: Option<u32>,
     /// Emulation settings for `sim` devices.
@@ -278,6 +365,7 @@ impl Config {
 
     /// Parses and validates configuration text.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        refuse_moved_keys(text)?;
         let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: "<text>".into(),
             source: Box::new(e),
@@ -289,13 +377,6 @@ impl Config {
     fn validate(&self) -> Result<(), ConfigError> {
         let p = &self.policy;
         let invalid = |m: &str| Err(ConfigError::Invalid(m.into()));
-        if !crate::scheduler::POLICIES.contains(&p.name.as_str()) {
-            let known = crate::scheduler::POLICIES.join(", ");
-            let name = &p.name;
-            return Err(ConfigError::Invalid(format!(
-                "policy.name '{name}' is not one of {known}"
-            )));
-        }
         if p.estimate_window == 0 {
             return invalid("policy.estimate_window must be at least 1");
         }
@@ -305,8 +386,8 @@ impl Config {
         if p.max_batch == 0 {
             return invalid("policy.max_batch must be at least 1");
         }
-        if p.page_bytes == 0 {
-            return invalid("policy.page_bytes must be positive");
+        if self.runtime.page_bytes == 0 {
+            return invalid("runtime.page_bytes must be positive");
         }
         for group in &self.devices {
             if group.backend == BackendKind::Sim && group.profile.is_none() {
@@ -326,6 +407,29 @@ impl Config {
     }
 }
 
+/// Keys that left `[policy]` (they are not the policy's decisions): refused with their new
+/// place, so an old file does not fail with a bare "unknown field".
+const MOVED: [(&str, &str); 2] = [
+    ("page_bytes", "runtime.page_bytes"),
+    ("default_slo", "runtime.default_slo"),
+];
+
+fn refuse_moved_keys(text: &str) -> Result<(), ConfigError> {
+    // A file that does not parse is reported by the typed parse that follows.
+    let Ok(table) = text.parse::<toml::Table>() else {
+        return Ok(());
+    };
+    let Some(policy) = table.get("policy").and_then(toml::Value::as_table) else {
+        return Ok(());
+    };
+    match MOVED.iter().find(|(key, _)| policy.contains_key(*key)) {
+        Some((key, place)) => Err(ConfigError::Invalid(format!(
+            "policy.{key} has moved: set it as {place} (in a [runtime] section)"
+        ))),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,7 +439,36 @@ mod tests {
         let config = Config::parse("").unwrap();
         assert_eq!(config.policy.schedule_ahead, Duration::from_millis(5));
         assert_eq!(config.policy.estimate_window, 10);
-        assert_eq!(config.policy.page_bytes, 16 << 20);
+        assert_eq!(config.runtime.page_bytes, 16 << 20);
+        assert_eq!(config.policy.name, PolicyName::Clockwork);
+    }
+
+    #[test]
+    fn policy_names_round_trip_and_unknown_ones_are_named() {
+        for name in PolicyName::ALL {
+            assert_eq!(name.as_str().parse::<PolicyName>(), Ok(name));
+            let text = format!("[policy]\nname = \"{name}\"\n");
+            assert_eq!(Config::parse(&text).unwrap().policy.name, name);
+        }
+        let err = Config::parse("[policy]\nname = \"fifo\"\n").unwrap_err();
+        let ConfigError::Parse { source, .. } = err else {
+            panic!("expected a parse error, got {err}");
+        };
+        let message = source.to_string();
+        assert!(message.contains("unknown policy 'fifo'"), "{message}");
+        assert!(message.contains("clockwork-nodrop"), "{message}");
+    }
+
+    #[test]
+    fn moved_keys_name_their_new_place() {
+        let err = Config::parse("[policy]\npage_bytes = 1024\n").unwrap_err();
+        assert!(err.to_string().contains("runtime.page_bytes"), "{err}");
+        let err = Config::parse("[policy]\ndefault_slo = \"1s\"\n").unwrap_err();
+        assert!(err.to_string().contains("runtime.default_slo"), "{err}");
+        let text = "[runtime]\npage_bytes = 1024\ndefault_slo = \"1s\"\n";
+        let config = Config::parse(text).unwrap();
+        assert_eq!(config.runtime.page_bytes, 1024);
+        assert_eq!(config.runtime.default_slo, Duration::from_secs(1));
     }
 
     #[test]

@@ -41,9 +41,17 @@ const RESNET: ModelId = ModelId(0);
 fn rig(pages: u32) -> Rig {
     let clock = Clock::start_virtual();
     let mut cache = ModelCache::default();
-    for name in ["resnet50-a", "resnet50-b", "resnet50-c"] {
+    for (i, name) in ["resnet50-a", "resnet50-b", "resnet50-c"]
+        .iter()
+        .enumerate()
+    {
         let spec = profiles::model("resnet50", name, 100 * MS).unwrap();
-        cache.register(RegisterArtifact { spec, bytes: None });
+        let id = ModelId(i as u32);
+        cache.register(RegisterArtifact {
+            id,
+            spec,
+            bytes: None,
+        });
     }
     let (tx, reports) = mpsc::unbounded_channel();
     let links = ExecutorLinks {

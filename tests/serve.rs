@@ -184,7 +184,7 @@ fn the_default_config_serves_the_zoo_with_real_outputs() {
     let (server, _, startup) = spawn(&args, &cwd);
     let stored = startup
         .iter()
-        .filter(|line| line.contains("model registered") && line.contains("stored"))
+        .filter(|line| line.contains("model prepared") && line.contains("stored"))
         .count();
     assert_eq!(stored, 3, "the restart reuses the three stored profiles");
     terminate(server);

@@ -6,24 +6,23 @@
 //! outputs. It keeps the payloads and reply channels the policy does not need, a wake-up
 //! timer for the policy's next deadline, and publishes telemetry events.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
-use super::eligibility::{eligible_devices, DeviceFacts, ModelFacts};
 use super::messages::{
     ActionReport, ControllerSnapshot, Drain, Execute, Infer, InferError, InferResult, Inferred,
-    RegisterArtifact, RegisterError, RegisterModel, RequestTiming, SnapshotController, Submit,
+    RegisterError, RegisterModel, RequestTiming, SnapshotController, Submit,
 };
+use super::registry::{Candidate, Registry};
 use crate::events::{self, Event, EventBus};
 use crate::gpu::BatchOutputs;
-use crate::model::{ActionId, DeviceId, ModelId, ModelSpec, RequestId};
+use crate::model::{ActionId, DeviceId, ModelId, RequestId};
 use crate::outcome::Outcome as RequestOutcome;
 use crate::scheduler::ids::IdMap;
 use crate::scheduler::{
-    Action, ActionKind, Answer, ModelInfo, Outcome, Plan, Policy, Request, Verdict,
+    Action, ActionKind, Answer, Outcome, Plan, Policy, Request, Verdict,
 };
 use crate::tensor::{check_inputs, Tensor};
 use crate::time::{Clock, Nanos};
@@ -48,25 +47,18 @@ struct Sent {
 pub struct ControllerParts {
     pub clock: Clock,
     pub policy: Box<dyn Policy + Send>,
-    /// Registered models, indexed by id (the policy already knows them).
-    pub models: Vec<ModelSpec>,
+    /// The registered models (the policy already knows them); registers more.
+    pub registry: Registry,
     /// Executors, indexed by device id (the policy already knows them).
     pub executors: Vec<Recipient<Execute>>,
     /// Whether each device only emulates.
     pub emulated: Vec<bool>,
     pub events: EventBus,
-    /// What registration needs of each device, indexed by device id.
-    pub devices: Vec<DeviceFacts>,
-    /// Size of a weight page.
-    pub page_bytes: u64,
-    /// Where the artifacts of models registered while serving go.
-    pub cache: Recipient<RegisterArtifact>,
 }
 
 /// The controller actor.
 pub struct Controller {
     parts: ControllerParts,
-    by_name: HashMap<String, ModelId>,
     pending: IdMap<RequestId, Pending>,
     sent: IdMap<ActionId, Sent>,
     next_request: u64,
@@ -84,15 +76,8 @@ pub struct Controller {
 
 impl Controller {
     pub fn new(parts: ControllerParts) -> Self {
-        let by_name = parts
-            .models
-            .iter()
-            .enumerate()
-            .map(|(i, spec)| (spec.name.clone(), ModelId(i as u32)))
-            .collect();
         Self {
             parts,
-            by_name,
             pending: IdMap::default(),
             sent: IdMap::default(),
             next_request: 0,
@@ -117,11 +102,12 @@ impl Controller {
             let _ = reply.send(Err(InferError::ShuttingDown));
             return;
         }
-        let Some(&model) = self.by_name.get(&infer.model) else {
+        let catalog = self.parts.registry.catalog();
+        let Some(registered) = catalog.id(&infer.model).and_then(|id| catalog.get(id)) else {
             let _ = reply.send(Err(InferError::UnknownModel(infer.model)));
             return;
         };
-        let spec = &self.parts.models[model.0 as usize];
+        let (model, spec) = (registered.id, &registered.spec);
         if let Err(problem) = check_inputs(spec, &infer.inputs) {
             let _ = reply.send(Err(InferError::BadInput(problem)));
             return;
@@ -321,37 +307,19 @@ impl Controller {
 }
 
 impl Controller {
-    /// Registers a model while serving: the next id, in the model cache and the policy.
+    /// Registers a model while serving, through the one registry.
     fn register(&mut self, message: RegisterModel) -> Result<ModelId, RegisterError> {
-        let spec = message.spec;
-        if self.by_name.contains_key(&spec.name) {
-            return Err(RegisterError::Duplicate(spec.name));
-        }
-        let facts = ModelFacts::new(
-            &spec,
-            self.parts.page_bytes,
-            message.bytes.is_some(),
-            message.backends.as_deref(),
-        );
-        let pages = facts.pages;
-        let devices = eligible_devices(facts, &self.parts.devices)?;
-        let id = ModelId(self.parts.models.len() as u32);
-        // The cache hears of it before any LOAD of it can be dispatched (same sender, and
-        // an executor only fetches after the controller sends it a LOAD).
-        self.parts.cache.do_send(RegisterArtifact {
-            spec: spec.clone(),
+        let candidate = Candidate {
+            spec: message.spec,
             bytes: message.bytes,
-        });
-        let policy_id = self.parts.policy.add_model(ModelInfo {
-            pages,
-            profile: spec.profile.clone(),
-            devices,
-        });
-        debug_assert_eq!(policy_id, id);
-        self.by_name.insert(spec.name.clone(), id);
-        tracing::info!(model = %spec.name, id = id.0, "model registered while serving");
-        self.parts.models.push(spec);
-        Ok(id)
+            backends: message.backends,
+        };
+        let model = self
+            .parts
+            .registry
+            .register(self.parts.policy.as_mut(), candidate)?;
+        tracing::info!(model = %model.name(), id = model.id.0, "model registered while serving");
+        Ok(model.id)
     }
 }
 

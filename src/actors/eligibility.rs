@@ -1,9 +1,11 @@
 //! Which devices may hold a model, decided once when it is registered.
 //!
-//! A model may name the backends that serve it. If it names none, a model with a real
-//! graph goes to the real devices (cpu, or backends added in code), never to an emulator
-//! that would answer made-up outputs; it is emulated on `sim` devices only if its
-//! configuration lists `sim`. A model with only a profile (no graph) can only be emulated.
+//! Devices are judged by what they declare they can do (`BackendInfo`: whether they
+//! compute real outputs, whether they need the graph), never by their backend's name. A
+//! model may name the backends that serve it. If it names none, a model with a real graph
+//! goes to the devices that compute real outputs, never to an emulator that would answer
+//! made-up outputs; it is emulated only if its configuration lists an emulating backend
+//! (`sim`). A model with only a profile (no graph) goes to devices that need no graph.
 //! Its weights must fit the device's memory. A model no device may hold is refused with
 //! the reason, before anything is started or changed.
 
@@ -13,9 +15,29 @@ use crate::model::DeviceId;
 /// What registration needs to know of a device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceFacts {
-    /// Its configured backend; `None` for a backend added in code (custom backends).
+    /// Its configured backend, the name a model's `backends` list matches; `None` for a
+    /// backend added in code (custom backends), which no list names.
     pub backend: Option<BackendKind>,
+    /// Its weight memory, which a model's pages must fit.
     pub pages: u32,
+    /// It answers made-up outputs (`BackendInfo::emulated`): real graphs go elsewhere
+    /// unless their configuration asks for it.
+    pub emulated: bool,
+    /// It builds models from their graph (`BackendInfo::needs_graph`): profile-only models
+    /// cannot run on it.
+    pub needs_graph: bool,
+}
+
+impl DeviceFacts {
+    /// The facts of a device that declares `info`, configured as `backend`.
+    pub fn new(backend: Option<BackendKind>, info: &crate::gpu::BackendInfo) -> Self {
+        Self {
+            backend,
+            pages: info.pages,
+            emulated: info.emulated,
+            needs_graph: info.needs_graph,
+        }
+    }
 }
 
 /// What registration needs to know of a model.
@@ -99,13 +121,12 @@ pub fn eligible_devices(
 fn backend_allows(model: ModelFacts<'_>, device: &DeviceFacts) -> bool {
     let named = match (model.backends, device.backend) {
         // Real graphs are computed for real unless emulation is asked for.
-        (None, Some(BackendKind::Sim)) => !model.has_graph,
-        (None, _) => true,
+        (None, _) => !(model.has_graph && device.emulated),
         (Some(list), Some(backend)) => list.contains(&backend),
         // A custom backend is not nameable in a model's configuration.
         (Some(_), None) => false,
     };
-    let runnable = model.has_graph || device.backend != Some(BackendKind::Cpu);
+    let runnable = model.has_graph || !device.needs_graph;
     named && runnable
 }
 
@@ -115,8 +136,8 @@ fn why_none(model: ModelFacts<'_>) -> String {
         None if !model.has_graph => {
             "it has no ONNX graph, so only sim devices can emulate it".into()
         }
-        None => "it needs a real device (cpu); to emulate it on sim devices, set \
-                 backends = [\"sim\"] in its config.toml"
+        None => "it needs a device that computes real outputs (cpu); to emulate it on sim \
+                 devices, set backends = [\"sim\"] in its config.toml"
             .into(),
     }
 }
@@ -128,10 +149,14 @@ mod tests {
     const SIM: DeviceFacts = DeviceFacts {
         backend: Some(BackendKind::Sim),
         pages: 100,
+        emulated: true,
+        needs_graph: false,
     };
     const CPU: DeviceFacts = DeviceFacts {
         backend: Some(BackendKind::Cpu),
         pages: 10,
+        emulated: false,
+        needs_graph: true,
     };
 
     fn model(pages: u32, has_graph: bool, backends: Option<&[BackendKind]>) -> ModelFacts<'_> {
@@ -190,8 +215,35 @@ mod tests {
         let custom = DeviceFacts {
             backend: None,
             pages: 10,
+            emulated: false,
+            needs_graph: false,
         };
         assert_eq!(eligible_devices(model(1, false, None), &[custom]), Ok(None));
         assert!(eligible_devices(model(1, true, Some(&cpu_only)), &[custom]).is_err());
+    }
+
+    #[test]
+    fn capabilities_decide_not_backend_names() {
+        // A real device added in code that needs the graph (a cuda backend, say): real
+        // graphs go to it, profile-only models do not.
+        let real = DeviceFacts {
+            backend: None,
+            pages: 10,
+            emulated: false,
+            needs_graph: true,
+        };
+        assert_eq!(
+            eligible_devices(model(1, true, None), &[SIM, real]),
+            Ok(Some(vec![DeviceId(1)]))
+        );
+        let err = eligible_devices(model(1, false, None), &[real]).unwrap_err();
+        assert!(err.to_string().contains("no ONNX graph"), "{err}");
+        // An emulating device under a real device's name still never gets a real graph.
+        let emulating_cpu = DeviceFacts {
+            emulated: true,
+            needs_graph: false,
+            ..CPU
+        };
+        assert!(eligible_devices(model(1, true, None), &[emulating_cpu]).is_err());
     }
 }

@@ -1,9 +1,9 @@
 //! The runtime as `config.toml` describes it: device groups, models from built-in
 //! profiles, and the model repository (zoo written if asked, every model prepared and
-//! profiled). A repository model that cannot be served is refused with its reason and
-//! logged; the others are registered all the same.
+//! profiled). A repository model that cannot be read is refused with its reason and
+//! logged here; one that no device can serve is refused by the registry at start; the
+//! others are registered all the same.
 
-use super::eligibility::{eligible_devices, ModelFacts};
 use super::runtime::{RuntimeBuilder, StartError};
 use crate::config::{BackendKind, Config, DeviceGroupConfig, RepositoryConfig, DEFAULT_CPU_PAGES};
 use crate::gpu::cpu::profile::ProfileSettings;
@@ -18,7 +18,7 @@ use crate::time::{nanos, Clock};
 impl RuntimeBuilder {
     /// Devices, models and repository as the configuration file describes them.
     pub fn from_config(clock: Clock, config: &Config) -> Result<Self, StartError> {
-        let mut builder = Self::new(clock, config.policy.clone());
+        let mut builder = Self::new(clock, config.policy.clone()).runtime(config.runtime.clone());
         for group in &config.devices {
             for i in 0..group.count {
                 let backend = device(clock, group, i, builder.devices.len())?;
@@ -26,7 +26,7 @@ impl RuntimeBuilder {
             }
         }
         for model in &config.models {
-            let slo = nanos(model.slo.unwrap_or(config.policy.default_slo));
+            let slo = nanos(model.slo.unwrap_or(config.runtime.default_slo));
             for copy in 0..model.copies {
                 let name = if model.copies == 1 {
                     model.name.clone()
@@ -55,7 +55,7 @@ impl RuntimeBuilder {
         let source = RepositorySource {
             repository: Repository::new(&repository.path),
             settings: PrepareSettings {
-                default_slo: config.policy.default_slo,
+                default_slo: config.runtime.default_slo,
                 kind: cpu.kind(),
                 profiling: ProfileSettings {
                     threads: cpu.threads,
@@ -74,9 +74,9 @@ impl RuntimeBuilder {
         }
         if repository.load_all {
             for name in source.repository.names()? {
-                match self.prepare_one(&source, &name) {
+                match source.prepare(&name) {
                     Ok(registration) => {
-                        log_registered(&registration);
+                        log_prepared(&registration);
                         self = self.registered(registration);
                     }
                     Err(error) => {
@@ -87,24 +87,6 @@ impl RuntimeBuilder {
             }
         }
         Ok(self.repository(source))
-    }
-
-    /// Prepares repository model `name`, refusing it if its name is taken or no
-    /// configured device can hold it.
-    fn prepare_one(
-        &self,
-        source: &RepositorySource,
-        name: &str,
-    ) -> Result<Registration, StartError> {
-        let registration = source.prepare(name)?;
-        let spec = &registration.spec;
-        if self.models.iter().any(|m| m.spec.name == spec.name) {
-            return Err(StartError::DuplicateModel(spec.name.clone()));
-        }
-        let backends = registration.backends.as_deref();
-        let model = ModelFacts::new(spec, self.policy.page_bytes, true, backends);
-        eligible_devices(model, &self.device_facts())?;
-        Ok(registration)
     }
 }
 
@@ -158,7 +140,7 @@ fn cpu_settings(config: &Config) -> CpuSettings {
     }
 }
 
-fn log_registered(registration: &Registration) {
+fn log_prepared(registration: &Registration) {
     let spec = &registration.spec;
     let batches: Vec<String> = registration
         .profile
@@ -173,6 +155,6 @@ fn log_registered(registration: &Registration) {
         load_ms = format!("{:.1}", registration.profile.load.p50 / 1e6),
         batches = %batches.join(" "),
         profile = if registration.reused_profile { "stored" } else { "measured" },
-        "model registered"
+        "model prepared"
     );
 }

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use actix::Message;
 use serde::Serialize;
 
-use super::eligibility::IneligibleModel;
 use crate::config::BackendKind;
 use crate::gpu::{BatchOutputs, ModelArtifact};
 use crate::model::{ActionId, DeviceId, ModelId, ModelSpec, RequestId};
@@ -133,16 +132,21 @@ pub struct FetchArtifact(pub ModelId);
 #[rtype(result = "Vec<Arc<ModelArtifact>>")]
 pub struct ListModels;
 
-/// Registers a model with the cache; answers its id.
+/// Hands a registered model's artifact to the cache, under the id the registry gave it.
 #[derive(Debug, Message)]
-#[rtype(result = "ModelId")]
+#[rtype(result = "()")]
 pub struct RegisterArtifact {
+    /// The id the registry gave it; LOADs fetch the artifact by it.
+    pub id: ModelId,
+    /// Its description, for the device that loads it.
     pub spec: ModelSpec,
+    /// Its graph, for devices that need one.
     pub bytes: Option<Arc<[u8]>>,
 }
 
-/// Registers a model while serving (a repository load): the controller gives it the
-/// next id and tells the model cache and the policy. Answers the id, or why not.
+/// Registers a model while serving (a repository load): the controller's registry gives
+/// it the next id and tells the policy, the model cache and the model table. Answers the
+/// id, or why not.
 #[derive(Debug, Message)]
 #[rtype(result = "Result<ModelId, RegisterError>")]
 pub struct RegisterModel {
@@ -153,14 +157,7 @@ pub struct RegisterModel {
     pub backends: Option<Vec<BackendKind>>,
 }
 
-/// Why a model could not be registered.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RegisterError {
-    #[error("a model named '{0}' is already registered")]
-    Duplicate(String),
-    #[error(transparent)]
-    Ineligible(#[from] IneligibleModel),
-}
+pub use super::registry::RegisterError;
 
 /// Asks the controller for its state.
 #[derive(Debug, Message)]

@@ -3,6 +3,7 @@
 //! - [`Controller`]: queues, the device mirror and the policy; answers requests.
 //! - [`Executor`]: one per device; runs actions on a [`Backend`](crate::gpu::Backend).
 //! - [`ModelCache`]: registered models and their artifacts.
+//! - [`registry`]: the one place that registers a model and gives it its id.
 //!
 //! [`RuntimeBuilder`] wires them up, on threads of their own for serving or all on the
 //! current thread so that a paused tokio clock drives them in virtual time.
@@ -18,9 +19,11 @@ mod executor;
 mod from_config;
 pub mod messages;
 mod model_cache;
+pub mod registry;
 mod runtime;
 
 pub use controller::{Controller, ControllerParts};
 pub use executor::{Executor, ExecutorLinks};
 pub use model_cache::ModelCache;
+pub use registry::{ModelTable, Registered};
 pub use runtime::{Placement, Runtime, RuntimeBuilder, StartError};

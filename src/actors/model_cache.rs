@@ -1,10 +1,9 @@
 //! The model-cache actor: the host side of the model store.
 //!
 //! It holds every registered model's description, profile and host-side bytes as an
-//! [`ModelArtifact`]; executors fetch artifacts from it when they LOAD. Ids are dense and
-//! assigned in registration order, the same order the controller's policy uses.
+//! [`ModelArtifact`]; executors fetch artifacts from it when they LOAD. Ids come from the
+//! registry (`registry.rs`), which tells the cache before any LOAD of the model.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use actix::{Actor, Context, Handler, MessageResult};
@@ -12,32 +11,30 @@ use actix::{Actor, Context, Handler, MessageResult};
 use super::messages::{FetchArtifact, ListModels, RegisterArtifact};
 use crate::gpu::ModelArtifact;
 use crate::model::ModelId;
+use crate::scheduler::ids::IdMap;
 
-/// Registered models and their artifacts.
+/// Registered models and their artifacts, by the registry's ids.
 #[derive(Default)]
 pub struct ModelCache {
-    artifacts: Vec<Arc<ModelArtifact>>,
-    by_name: HashMap<String, ModelId>,
+    artifacts: IdMap<ModelId, Arc<ModelArtifact>>,
 }
 
 impl ModelCache {
-    /// Registers a model; a name registered twice keeps its first id and artifact.
-    pub fn register(&mut self, message: RegisterArtifact) -> ModelId {
-        if let Some(&id) = self.by_name.get(&message.spec.name) {
-            return id;
-        }
-        let id = ModelId(self.artifacts.len() as u32);
-        self.by_name.insert(message.spec.name.clone(), id);
-        self.artifacts.push(Arc::new(ModelArtifact {
-            id,
+    /// Keeps a registered model's artifact under its id.
+    pub fn register(&mut self, message: RegisterArtifact) {
+        let artifact = ModelArtifact {
+            id: message.id,
             spec: message.spec,
             bytes: message.bytes,
-        }));
-        id
+        };
+        self.artifacts.insert(message.id, Arc::new(artifact));
     }
 
-    pub fn artifacts(&self) -> &[Arc<ModelArtifact>] {
-        &self.artifacts
+    /// Every artifact, in id order.
+    pub fn artifacts(&self) -> Vec<Arc<ModelArtifact>> {
+        let mut all: Vec<Arc<ModelArtifact>> = self.artifacts.values().cloned().collect();
+        all.sort_unstable_by_key(|a| a.id);
+        all
     }
 }
 
@@ -49,7 +46,7 @@ impl Handler<FetchArtifact> for ModelCache {
     type Result = Option<Arc<ModelArtifact>>;
 
     fn handle(&mut self, message: FetchArtifact, _: &mut Context<Self>) -> Self::Result {
-        self.artifacts.get(message.0 .0 as usize).cloned()
+        self.artifacts.get(&message.0).cloned()
     }
 }
 
@@ -57,14 +54,14 @@ impl Handler<ListModels> for ModelCache {
     type Result = MessageResult<ListModels>;
 
     fn handle(&mut self, _: ListModels, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.artifacts.clone())
+        MessageResult(self.artifacts())
     }
 }
 
 impl Handler<RegisterArtifact> for ModelCache {
-    type Result = MessageResult<RegisterArtifact>;
+    type Result = ();
 
-    fn handle(&mut self, message: RegisterArtifact, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.register(message))
+    fn handle(&mut self, message: RegisterArtifact, _: &mut Context<Self>) {
+        self.register(message);
     }
 }

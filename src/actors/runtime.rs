@@ -1,19 +1,18 @@
 //! Building and stopping the actor system.
 
-use std::sync::Arc;
-
 use actix::prelude::*;
 
-use super::eligibility::{eligible_devices, DeviceFacts, IneligibleModel, ModelFacts};
+use super::eligibility::{DeviceFacts, IneligibleModel};
 use super::messages::{Drain, RegisterArtifact};
+use super::registry::{Candidate, Catalog, ModelTable, RegisterError, Registry};
 use super::{Controller, ControllerParts, Executor, ExecutorLinks, ModelCache};
-use crate::config::{BackendKind, PolicyConfig};
+use crate::config::{BackendKind, PolicyConfig, RuntimeConfig};
 use crate::events::EventBus;
 use crate::gpu::profiles;
 use crate::gpu::Backend;
 use crate::model::{ModelId, ModelSpec};
 use crate::repository::{Registration, RepositoryError, RepositorySource};
-use crate::scheduler::{self, DeviceInfo, ModelInfo};
+use crate::scheduler::{self, DeviceInfo, Policy};
 use crate::time::Clock;
 
 /// Where the actors run.
@@ -43,22 +42,33 @@ pub enum StartError {
     Device { name: String, message: String },
     #[error(transparent)]
     Repository(#[from] RepositoryError),
-    #[error(transparent)]
-    UnknownPolicy(#[from] scheduler::UnknownPolicy),
+    #[error("registry: {0}")]
+    Registry(String),
 }
 
-/// A model to register: its description, its graph if it has one, and the backends its
-/// configuration allows.
+impl From<RegisterError> for StartError {
+    fn from(error: RegisterError) -> Self {
+        match error {
+            RegisterError::Duplicate(name) => StartError::DuplicateModel(name),
+            RegisterError::Ineligible(why) => StartError::Ineligible(why),
+            out_of_step => StartError::Registry(out_of_step.to_string()),
+        }
+    }
+}
+
+/// A model to register at start.
 pub(super) struct ModelEntry {
-    pub spec: ModelSpec,
-    pub bytes: Option<Arc<[u8]>>,
-    pub backends: Option<Vec<BackendKind>>,
+    pub candidate: Candidate,
+    /// A repository model that cannot be served is refused alone (the runtime starts
+    /// without it); any other model that cannot be served stops the start.
+    pub refusable: bool,
 }
 
 /// Collects models and devices, then starts the actors.
 pub struct RuntimeBuilder {
     pub(super) clock: Clock,
     pub(super) policy: PolicyConfig,
+    pub(super) runtime: RuntimeConfig,
     pub(super) models: Vec<ModelEntry>,
     pub(super) devices: Vec<Box<dyn Backend>>,
     /// The configured backend of each device (`None`: added in code).
@@ -76,8 +86,12 @@ pub struct Runtime {
     pub cache: Addr<ModelCache>,
     pub executors: Vec<Addr<Executor>>,
     pub events: EventBus,
-    /// Models registered at start, indexed by id (more may be registered later).
+    /// Models registered at start, indexed by id (more may be registered later: see
+    /// `table`).
     pub models: Vec<ModelSpec>,
+    /// Every registered model, growing as models are registered while serving; the API
+    /// watches it.
+    pub table: ModelTable,
     /// Repository models refused at start: (name, reason).
     pub refused: Vec<(String, String)>,
     /// Where models registered on demand come from.
@@ -90,6 +104,7 @@ impl RuntimeBuilder {
         Self {
             clock,
             policy,
+            runtime: RuntimeConfig::default(),
             models: Vec::new(),
             devices: Vec::new(),
             backends: Vec::new(),
@@ -103,19 +118,26 @@ impl RuntimeBuilder {
     /// custom backends serve it.
     pub fn model(mut self, spec: ModelSpec) -> Self {
         self.models.push(ModelEntry {
-            spec,
-            bytes: None,
-            backends: None,
+            candidate: Candidate {
+                spec,
+                bytes: None,
+                backends: None,
+            },
+            refusable: false,
         });
         self
     }
 
-    /// A model of the repository, with its graph.
+    /// A model of the repository, with its graph; if it cannot be served, the runtime
+    /// starts without it and lists it in `Runtime::refused`.
     pub fn registered(mut self, registration: Registration) -> Self {
         self.models.push(ModelEntry {
-            spec: registration.spec,
-            bytes: Some(registration.bytes),
-            backends: registration.backends,
+            candidate: Candidate {
+                spec: registration.spec,
+                bytes: Some(registration.bytes),
+                backends: registration.backends,
+            },
+            refusable: true,
         });
         self
     }
@@ -141,68 +163,32 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Page size and default objective (defaults: [`RuntimeConfig::default`]).
+    pub fn runtime(mut self, runtime: RuntimeConfig) -> Self {
+        self.runtime = runtime;
+        self
+    }
+
     pub fn placement(mut self, placement: Placement) -> Self {
         self.placement = placement;
         self
     }
 
     /// What registration knows of each device.
-    pub(super) fn device_facts(&self) -> Vec<DeviceFacts> {
+    fn device_facts(&self) -> Vec<DeviceFacts> {
         self.devices
             .iter()
             .zip(&self.backends)
-            .map(|(d, &backend)| DeviceFacts {
-                backend,
-                pages: d.info().pages,
-            })
+            .map(|(d, &backend)| DeviceFacts::new(backend, &d.info()))
             .collect()
     }
 
-    /// The devices each model may use; refuses duplicates and models no device can hold.
-    fn check(&self) -> Result<Vec<Option<Vec<crate::model::DeviceId>>>, StartError> {
+    /// Starts the actors; must be called from inside an actix system.
+    pub fn start(mut self) -> Result<Runtime, StartError> {
         if self.devices.is_empty() {
             return Err(StartError::NoDevices);
         }
-        let facts = self.device_facts();
-        let mut names = std::collections::HashSet::new();
-        let mut allowed = Vec::with_capacity(self.models.len());
-        for entry in &self.models {
-            let spec = &entry.spec;
-            if !names.insert(spec.name.as_str()) {
-                return Err(StartError::DuplicateModel(spec.name.clone()));
-            }
-            let model = ModelFacts::new(
-                spec,
-                self.policy.page_bytes,
-                entry.bytes.is_some(),
-                entry.backends.as_deref(),
-            );
-            allowed.push(eligible_devices(model, &facts)?);
-        }
-        Ok(allowed)
-    }
-
-    /// Starts the actors; must be called from inside an actix system.
-    pub fn start(self) -> Result<Runtime, StartError> {
-        let allowed = self.check()?;
-        let device_facts = self.device_facts();
-        let events = EventBus::default();
-        let mut policy = scheduler::build(&self.policy.name, &self.policy)?;
-        let mut cache = ModelCache::default();
-        for (entry, devices) in self.models.iter().zip(allowed) {
-            let spec = &entry.spec;
-            let pages = spec.profile.pages(self.policy.page_bytes);
-            let id = cache.register(RegisterArtifact {
-                spec: spec.clone(),
-                bytes: entry.bytes.clone(),
-            });
-            let policy_id = policy.add_model(ModelInfo {
-                pages,
-                profile: spec.profile.clone(),
-                devices,
-            });
-            debug_assert_eq!(id, policy_id);
-        }
+        let mut policy = scheduler::build(&self.policy);
         let mut emulated = Vec::new();
         for backend in &self.devices {
             let info = backend.info();
@@ -212,6 +198,12 @@ impl RuntimeBuilder {
                 pages: info.pages,
             });
         }
+        // The cache's address exists before it starts, so registration can tell it before
+        // anything runs; nothing is started if registration fails.
+        let (cache_tx, cache_rx) = actix::dev::channel::channel(super::MAILBOX);
+        let cache: Addr<ModelCache> = Addr::new(cache_tx);
+        let table = ModelTable::default();
+        let registry = self.register_models(policy.as_mut(), cache.clone(), &table)?;
         let mut arbiters = Vec::new();
         let home = match self.placement {
             Placement::CurrentThread => Arbiter::current(),
@@ -222,25 +214,90 @@ impl RuntimeBuilder {
                 handle
             }
         };
-        let cache = ModelCache::start_in_arbiter(&home, move |_| cache);
+        home.spawn(async move {
+            Context::with_receiver(cache_rx).run(ModelCache::default());
+        });
         let clock = self.clock;
         // The controller needs the executors and the executors need the controller: the
         // controller's address exists before it starts, so create it first.
         let (controller_tx, controller_rx) = actix::dev::channel::channel(super::MAILBOX);
         let controller_addr: Addr<Controller> = Addr::new(controller_tx);
+        let executors = self.start_executors(&controller_addr, &cache, &home, &mut arbiters);
+        let parts = ControllerParts {
+            clock,
+            policy,
+            registry,
+            executors: executors.iter().map(|e| e.clone().recipient()).collect(),
+            emulated,
+            events: EventBus::default(),
+        };
+        let events = parts.events.clone();
+        let controller = Controller::new(parts);
+        home.spawn(async move {
+            Context::with_receiver(controller_rx).run(controller);
+        });
+        Ok(Runtime {
+            clock,
+            controller: controller_addr,
+            cache,
+            executors,
+            events,
+            models: table.models().iter().map(|m| m.spec.clone()).collect(),
+            table,
+            refused: self.refused,
+            repository: self.repository,
+            arbiters,
+        })
+    }
+
+    /// Registers every model through one registry; a repository model that cannot be
+    /// served is refused alone, any other stops the start.
+    fn register_models(
+        &mut self,
+        policy: &mut dyn Policy,
+        cache: Addr<ModelCache>,
+        table: &ModelTable,
+    ) -> Result<Registry, StartError> {
+        let catalog = Catalog::new(self.device_facts(), self.runtime.page_bytes);
+        let sink = Box::new(move |artifact: RegisterArtifact| cache.do_send(artifact));
+        let mut registry = Registry::new(catalog, sink, table.clone());
+        for entry in std::mem::take(&mut self.models) {
+            let name = entry.candidate.spec.name.clone();
+            match registry.register(policy, entry.candidate) {
+                Ok(_) => {}
+                Err(error @ (RegisterError::Duplicate(_) | RegisterError::Ineligible(_)))
+                    if entry.refusable =>
+                {
+                    tracing::error!(model = %name, %error, "model refused");
+                    self.refused.push((name, error.to_string()));
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Ok(registry)
+    }
+
+    /// Starts one executor per device, on `home` or on threads of their own.
+    fn start_executors(
+        &mut self,
+        controller: &Addr<Controller>,
+        cache: &Addr<ModelCache>,
+        home: &ArbiterHandle,
+        arbiters: &mut Vec<Arbiter>,
+    ) -> Vec<Addr<Executor>> {
         let mut executors = Vec::new();
-        for (i, backend) in self.devices.into_iter().enumerate() {
+        for (i, backend) in std::mem::take(&mut self.devices).into_iter().enumerate() {
             let links = ExecutorLinks {
-                reports: controller_addr.clone().recipient(),
+                reports: controller.clone().recipient(),
                 artifacts: cache.clone().recipient(),
             };
             let device = crate::model::DeviceId(i as u32);
-            let page_bytes = self.policy.page_bytes;
+            let (clock, page_bytes) = (self.clock, self.runtime.page_bytes);
             let make = move |_: &mut Context<Executor>| {
                 Executor::new(device, clock, backend, page_bytes, links)
             };
             let addr = match self.placement {
-                Placement::CurrentThread => Executor::start_in_arbiter(&home, make),
+                Placement::CurrentThread => Executor::start_in_arbiter(home, make),
                 Placement::Threads => {
                     let arbiter = Arbiter::new();
                     let addr = Executor::start_in_arbiter(&arbiter.handle(), make);
@@ -250,34 +307,7 @@ impl RuntimeBuilder {
             };
             executors.push(addr);
         }
-        let specs: Vec<ModelSpec> = self.models.into_iter().map(|e| e.spec).collect();
-        let parts = ControllerParts {
-            clock,
-            policy,
-            models: specs.clone(),
-            devices: device_facts,
-            page_bytes: self.policy.page_bytes,
-            cache: cache.clone().recipient(),
-            executors: executors.iter().map(|e| e.clone().recipient()).collect(),
-            emulated,
-            events: events.clone(),
-        };
-        let controller = Controller::new(parts);
-        home.spawn(async move {
-            let ctx = Context::with_receiver(controller_rx);
-            ctx.run(controller);
-        });
-        Ok(Runtime {
-            clock,
-            controller: controller_addr,
-            cache,
-            executors,
-            events,
-            models: specs,
-            refused: self.refused,
-            repository: self.repository,
-            arbiters,
-        })
+        executors
     }
 }
 

@@ -1,8 +1,8 @@
 //! The models the API serves and their description: V2 metadata, readiness, and Triton's
 //! model configuration (which `perf_analyzer` insists on reading).
 //!
-//! The table starts with the runtime's registered models and grows when the repository
-//! routes register one. Each model serves one version (`1` for built-in profiles, the
+//! The table follows the runtime's registry (`actors::registry`): it hears of every model
+//! registered, at start or through the repository routes, before a request can find it. Each model serves one version (`1` for built-in profiles, the
 //! repository's version directory otherwise). A model can be unloaded and loaded again
 //! through the repository routes (see `repository.rs`).
 
@@ -17,6 +17,7 @@ use utoipa::ToSchema;
 use super::error::{ApiError, ErrorBody};
 use super::v2::datatype_name;
 use super::ApiState;
+use crate::actors::ModelTable;
 use crate::model::{DataType, ModelId, ModelSpec, TensorSpec};
 
 /// Platform reported for every model: the runtime executes the model itself.
@@ -58,14 +59,13 @@ pub struct Models {
 }
 
 impl Models {
-    /// The table of `specs`, indexed as the runtime indexes them (id = position).
-    pub fn new(specs: &[ModelSpec]) -> Self {
-        let models = Self {
+    /// The table of every model `registry` holds, now and later.
+    pub fn watching(registry: &ModelTable) -> Arc<Self> {
+        let models = Arc::new(Self {
             table: RwLock::new(Table::default()),
-        };
-        for (i, spec) in specs.iter().enumerate() {
-            models.add(ModelId(i as u32), spec.clone());
-        }
+        });
+        let table = Arc::clone(&models);
+        registry.watch(move |m| table.add(m.id, m.spec.clone()));
         models
     }
 
@@ -73,8 +73,9 @@ impl Models {
         self.table.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Adds a model the runtime registered as `id` (ids come in order).
-    pub fn add(&self, id: ModelId, spec: ModelSpec) {
+    /// Adds a model the registry registered as `id` (the registry announces them in id
+    /// order).
+    fn add(&self, id: ModelId, spec: ModelSpec) {
         let mut table = self.table.write().unwrap_or_else(|e| e.into_inner());
         debug_assert_eq!(id.0 as usize, table.entries.len());
         let index = table.entries.len();
@@ -357,7 +358,8 @@ mod tests {
     #[test]
     fn unknown_versions_and_unloaded_models_are_told_apart() {
         let spec = crate::gpu::profiles::model("zero", "z", 1).unwrap();
-        let models = Models::new(std::slice::from_ref(&spec));
+        let models = Models::watching(&crate::actors::ModelTable::default());
+        models.add(ModelId(0), spec);
         assert!(models.find("z", Some("1")).is_ok());
         assert_eq!(
             models.find("z", Some("2")).err().map(|e| e.kind().as_str()),

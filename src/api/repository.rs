@@ -142,8 +142,8 @@ pub(super) async fn load(
     Ok(HttpResponse::Ok().finish())
 }
 
-/// Registers model `name` from the repository; one registration at a time, so that ids
-/// reach the controller, the metrics and the model table in the same order.
+/// Registers model `name` from the repository (one at a time: a model is read and
+/// profiled once). The controller's registry tells the model table and the metrics.
 async fn register(state: &ApiState, name: String) -> Result<(), ApiError> {
     let Some(source) = state.repository.clone() else {
         return Err(ApiError::UnknownModel(name));
@@ -168,7 +168,6 @@ async fn register(state: &ApiState, name: String) -> Result<(), ApiError> {
             return Err(failed(error.to_string()));
         }
     };
-    let spec = registration.spec.clone();
     let message = RegisterModel {
         spec: registration.spec,
         bytes: Some(registration.bytes),
@@ -179,17 +178,13 @@ async fn register(state: &ApiState, name: String) -> Result<(), ApiError> {
         .send(message)
         .await
         .map_err(|_| ApiError::Infer(InferError::ShuttingDown))?;
-    let id = match registered {
-        Ok(id) => id,
-        Err(RegisterError::Duplicate(_)) => return Ok(()),
+    match registered {
+        Ok(_) | Err(RegisterError::Duplicate(_)) => {}
         Err(error) => {
             state.note_refused(&name, error.to_string());
             return Err(failed(error.to_string()));
         }
-    };
-    // Series first: a request the table admits must find its metrics.
-    state.metrics.add_model(&spec);
-    state.models.add(id, spec);
+    }
     state.note_refused(&name, String::new());
     tracing::info!(model = %name, "model registered from the repository");
     Ok(())

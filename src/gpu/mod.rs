@@ -49,8 +49,12 @@ pub struct BackendInfo {
     pub kind: String,
     /// Weight pages it offers.
     pub pages: u32,
-    /// Whether results are emulated rather than computed; every response says so.
+    /// Whether results are emulated rather than computed; every response says so, and
+    /// real graphs are placed on such a device only if their configuration asks for it.
     pub emulated: bool,
+    /// Whether it builds a model from its graph (ONNX bytes) on LOAD: a model with only a
+    /// profile cannot be placed on it.
+    pub needs_graph: bool,
 }
 
 /// A model as a device receives it on LOAD: its description and whatever bytes the

@@ -78,6 +78,7 @@ impl SimDevice {
                 kind: settings.profile.kind.into(),
                 pages: settings.pages.unwrap_or(settings.profile.pages),
                 emulated: true,
+                needs_graph: false,
             },
             profile: settings.profile,
             faults: Faults {

@@ -166,6 +166,7 @@ mod tests {
                 kind: "doubler".into(),
                 pages: 4,
                 emulated: false,
+                needs_graph: false,
             }
         }
         fn load(&mut self, _: &ModelArtifact) -> Result<(), DeviceError> {
@@ -202,6 +203,7 @@ mod tests {
                 kind: "panicker".into(),
                 pages: 1,
                 emulated: false,
+                needs_graph: false,
             }
         }
         fn load(&mut self, _: &ModelArtifact) -> Result<(), DeviceError> {

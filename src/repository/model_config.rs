@@ -29,7 +29,7 @@ pub struct ModelFileConfig {
     /// Batch sizes to build plans for and profile (each at most `max_batch_size`).
     /// Default: 1, 2, 4, ... up to `max_batch_size`.
     pub batch_sizes: Option<Vec<u32>>,
-    /// Latency objective of requests that name none. Default: `policy.default_slo`.
+    /// Latency objective of requests that name none. Default: `runtime.default_slo`.
     #[serde(default, with = "humantime_serde")]
     pub slo: Option<Duration>,
     /// Device backends allowed to serve the model. Default: the real ones (`cpu`, and

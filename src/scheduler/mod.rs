@@ -22,7 +22,7 @@ pub use reactive::ReactivePolicy;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::PolicyConfig;
+use crate::config::{PolicyConfig, PolicyName};
 use crate::model::{ActionId, DeviceId, ModelId, ModelProfile, RequestId};
 use crate::outcome::Outcome as RequestOutcome;
 use crate::time::Nanos;
@@ -251,21 +251,26 @@ pub trait Policy {
     fn snapshot(&self, now: Nanos) -> PolicySnapshot;
 }
 
-/// Policies that can be named in configuration and on the command line.
-pub const POLICIES: &[&str] = &["clockwork", "clockwork-nodrop", "reactive"];
+pub use crate::config::UnknownPolicy;
 
-/// A policy name that is not one of [`POLICIES`].
-#[derive(Debug, thiserror::Error)]
-#[error("unknown policy '{0}' (known: clockwork, clockwork-nodrop, reactive)")]
-pub struct UnknownPolicy(pub String);
+/// Policies that can be named in configuration and on the command line (the names of
+/// [`PolicyName::ALL`], for callers that hold strings).
+pub const POLICIES: [&str; PolicyName::ALL.len()] = {
+    let mut names = [""; PolicyName::ALL.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = PolicyName::ALL[i].as_str();
+        i += 1;
+    }
+    names
+};
 
-/// Builds a policy by name: `clockwork`, its ablation without early refusal
-/// `clockwork-nodrop`, or the `reactive` baseline.
-pub fn build(name: &str, config: &PolicyConfig) -> Result<Box<dyn Policy + Send>, UnknownPolicy> {
-    match name {
-        "clockwork" => Ok(Box::new(ClockworkPolicy::new(config))),
-        "clockwork-nodrop" => Ok(Box::new(ClockworkPolicy::new(config).without_early_drop())),
-        "reactive" => Ok(Box::new(ReactivePolicy::new(config))),
-        other => Err(UnknownPolicy(other.to_owned())),
+/// Builds the policy `config.name` names: `clockwork`, its ablation without early
+/// refusal `clockwork-nodrop`, or the `reactive` baseline.
+pub fn build(config: &PolicyConfig) -> Box<dyn Policy + Send> {
+    match config.name {
+        PolicyName::Clockwork => Box::new(ClockworkPolicy::new(config)),
+        PolicyName::ClockworkNodrop => Box::new(ClockworkPolicy::new(config).without_early_drop()),
+        PolicyName::Reactive => Box::new(ReactivePolicy::new(config)),
     }
 }

@@ -42,6 +42,22 @@ struct Device {
     residents: IdMap<ModelId, (bool, Nanos, u32)>,
     exec_busy: bool,
     load_busy: bool,
+    /// When the running INFER is expected to end (its start plus its profiled time).
+    exec_until: Nanos,
+    /// When the load lane's queued UNLOADs and LOAD are expected to end.
+    load_until: Nanos,
+}
+
+impl Device {
+    /// Predicted time a lane runs out of work: now if idle, else the expected end of
+    /// what it runs (now if that is overdue).
+    fn free_at(busy: bool, until: Nanos, now: Nanos) -> Nanos {
+        if busy {
+            until.max(now)
+        } else {
+            now
+        }
+    }
 }
 
 enum Work {
@@ -95,6 +111,13 @@ impl ReactivePolicy {
             ActionKind::Load => self.models[model.0 as usize].info.profile.load_latency,
             ActionKind::Unload => 0,
         };
+        let d = &mut self.devices[device.0 as usize];
+        if kind.is_load_lane() {
+            // UNLOADs and the LOAD they make room for queue one after another.
+            d.load_until = d.load_until.max(now) + expected_duration;
+        } else {
+            d.exec_until = now + expected_duration;
+        }
         plan.actions.push(Action {
             id,
             device,
@@ -357,7 +380,7 @@ impl Policy for ReactivePolicy {
         None
     }
 
-    fn snapshot(&self, _now: Nanos) -> PolicySnapshot {
+    fn snapshot(&self, now: Nanos) -> PolicySnapshot {
         PolicySnapshot {
             queued: self.queued,
             in_flight: self.in_flight.len(),
@@ -368,10 +391,89 @@ impl Policy for ReactivePolicy {
                     pages_used: d.used,
                     pages: d.pages,
                     models: d.residents.len(),
-                    exec_free_at: 0,
-                    load_free_at: 0,
+                    exec_free_at: Device::free_at(d.exec_busy, d.exec_until, now),
+                    load_free_at: Device::free_at(d.load_busy, d.load_until, now),
                 })
                 .collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{BatchLatency, ModelProfile};
+
+    const MS: Nanos = 1_000_000;
+
+    fn policy() -> ReactivePolicy {
+        let mut policy = ReactivePolicy::new(&PolicyConfig::default());
+        let profile = ModelProfile {
+            weight_bytes: 1,
+            load_latency: 7 * MS,
+            batches: vec![BatchLatency {
+                batch: 1,
+                latency: 3 * MS,
+            }],
+        };
+        policy.add_model(ModelInfo {
+            pages: 2,
+            profile,
+            devices: None,
+        });
+        policy.add_device(DeviceInfo {
+            kind: "k".into(),
+            pages: 10,
+        });
+        policy
+    }
+
+    fn request(id: u64, now: Nanos) -> Request {
+        Request {
+            id: RequestId(id),
+            model: ModelId(0),
+            arrival: now,
+            slo: 100 * MS,
+        }
+    }
+
+    #[test]
+    fn snapshot_reports_queues_pages_and_lane_free_times() {
+        let mut policy = policy();
+        let mut plan = Plan::default();
+        let now = 10 * MS;
+        policy.admit(request(1, now), now, &mut plan);
+        policy.admit(request(2, now), now, &mut plan);
+        policy.schedule(now, &mut plan);
+        let load = plan.actions.pop().expect("a load on the miss");
+        assert_eq!(load.kind, ActionKind::Load);
+        let snap = policy.snapshot(now + MS);
+        assert_eq!((snap.queued, snap.in_flight), (2, 1));
+        let d = &snap.devices[0];
+        assert_eq!((d.pages_used, d.pages, d.models), (2, 10, 1));
+        assert_eq!(d.load_free_at, now + 7 * MS, "the load's profiled end");
+        assert_eq!(d.exec_free_at, now + MS, "an idle lane is free now");
+
+        let done = now + 7 * MS;
+        let measured = crate::scheduler::Measured {
+            begin: now,
+            end: done,
+            duration: 7 * MS,
+        };
+        let outcome = Outcome {
+            action: load.id,
+            result: Ok(measured),
+        };
+        policy.observe(outcome, done, &mut plan);
+        policy.schedule(done, &mut plan);
+        let snap = policy.snapshot(done);
+        assert_eq!((snap.queued, snap.in_flight), (1, 1), "one request runs");
+        assert_eq!(snap.devices[0].exec_free_at, done + 3 * MS);
+        assert_eq!(snap.devices[0].load_free_at, done);
+        // Overdue work is predicted to end now.
+        assert_eq!(
+            policy.snapshot(done + 9 * MS).devices[0].exec_free_at,
+            done + 9 * MS
+        );
     }
 }

@@ -109,10 +109,10 @@ impl SimulateArgs {
     }
 
     /// The runtime configuration of one policy's run.
-    fn config(&self, policy: &str) -> Config {
+    fn config(&self, policy: &str) -> Result<Config, UnknownPolicy> {
         let mut config = Config::default();
-        config.policy.name = policy.to_owned();
-        config.policy.default_slo = std::time::Duration::from_nanos(self.params.slo);
+        config.policy.name = policy.parse()?;
+        config.runtime.default_slo = std::time::Duration::from_nanos(self.params.slo);
         config.devices.push(DeviceGroupConfig {
             backend: BackendKind::Sim,
             profile: Some(self.device_profile.clone()),
@@ -132,7 +132,7 @@ impl SimulateArgs {
             copies: self.params.models,
             slo: Some(std::time::Duration::from_nanos(self.params.slo)),
         });
-        config
+        Ok(config)
     }
 
     fn setup(&self) -> BTreeMap<String, String> {
@@ -159,7 +159,7 @@ pub fn run(args: &SimulateArgs) -> Result<Report, SimulateError> {
     args.check()?;
     let mut policies: Vec<PolicyReport> = Vec::new();
     for policy in &args.policies {
-        let config = args.config(policy);
+        let config = args.config(policy)?;
         policies.push(driver::run_policy(args, policy, &config)?);
     }
     let report = Report {

@@ -49,7 +49,7 @@ pub fn write_broken(root: &Path, name: &str) {
 pub fn config(root: &Path, devices: u32, pages: u32, page_bytes: u64) -> String {
     format!(
         r#"
-[policy]
+[runtime]
 page_bytes = {page_bytes}
 default_slo = "10s"
 

@@ -156,6 +156,7 @@ impl BlockingDevice for CpuDevice {
             kind: self.settings.kind(),
             pages: self.settings.pages,
             emulated: false,
+            needs_graph: true,
         }
     }
 

@@ -1,0 +1,358 @@
+//! The one model registry: the only place that gives a model its id.
+//!
+//! Registration is the same at start and while serving (a repository load): the
+//! [`Catalog`] (pure: names, ids, eligibility, the model table) admits a candidate or says
+//! why not, and [`Registry::register`] then tells, in this order, the policy (which must
+//! agree on the id), the model cache (before any LOAD of the model can be dispatched) and
+//! the [`ModelTable`], whose watchers (the API's model table, its metrics) hear of the
+//! model before any reader can find it. A registered thing has a name, an id and a spec;
+//! pipelines will register the same way.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use super::eligibility::{eligible_devices, DeviceFacts, IneligibleModel, ModelFacts};
+use super::messages::RegisterArtifact;
+use crate::config::BackendKind;
+use crate::model::{DeviceId, ModelId, ModelSpec};
+use crate::scheduler::{ModelInfo, Policy};
+
+/// Something asking to be registered.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    pub spec: ModelSpec,
+    /// The graph (ONNX bytes), for devices that compute real outputs.
+    pub bytes: Option<Arc<[u8]>>,
+    /// Backends its configuration allows; `None`: the default placement.
+    pub backends: Option<Vec<BackendKind>>,
+}
+
+/// A registered model, as every part that needs it sees it.
+#[derive(Debug)]
+pub struct Registered {
+    pub id: ModelId,
+    pub spec: ModelSpec,
+    /// Its graph, kept for the model cache.
+    pub bytes: Option<Arc<[u8]>>,
+    /// Pages its weights take on a device.
+    pub pages: u32,
+    /// Devices that may hold it; `None`: every device.
+    pub devices: Option<Vec<DeviceId>>,
+}
+
+impl Registered {
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// What the policy is told of it.
+    pub fn policy_info(&self) -> ModelInfo {
+        ModelInfo {
+            pages: self.pages,
+            profile: self.spec.profile.clone(),
+            devices: self.devices.clone(),
+        }
+    }
+}
+
+/// Why a model could not be registered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegisterError {
+    #[error("a model named '{0}' is already registered")]
+    Duplicate(String),
+    #[error(transparent)]
+    Ineligible(#[from] IneligibleModel),
+    /// The policy numbered the model differently: a bug, refused rather than served with
+    /// mixed-up ids.
+    #[error("model '{name}': the policy gave id {policy} where the registry gave {registry}")]
+    OutOfStep {
+        name: String,
+        registry: u32,
+        policy: u32,
+    },
+}
+
+/// The pure part: names, ids, eligibility and the registered models.
+pub struct Catalog {
+    devices: Vec<DeviceFacts>,
+    page_bytes: u64,
+    models: Vec<Arc<Registered>>,
+    by_name: HashMap<String, ModelId>,
+}
+
+impl Catalog {
+    /// An empty catalog for `devices`, whose memory comes in pages of `page_bytes`.
+    pub fn new(devices: Vec<DeviceFacts>, page_bytes: u64) -> Self {
+        Self {
+            devices,
+            page_bytes,
+            models: Vec::new(),
+            by_name: HashMap::new(),
+        }
+    }
+
+    /// The model `candidate` would become (with the next id), or why it may not.
+    pub fn admit(&self, candidate: Candidate) -> Result<Registered, RegisterError> {
+        let spec = &candidate.spec;
+        if self.by_name.contains_key(&spec.name) {
+            return Err(RegisterError::Duplicate(spec.name.clone()));
+        }
+        let facts = ModelFacts::new(
+            spec,
+            self.page_bytes,
+            candidate.bytes.is_some(),
+            candidate.backends.as_deref(),
+        );
+        let devices = eligible_devices(facts, &self.devices)?;
+        Ok(Registered {
+            id: ModelId(self.models.len() as u32),
+            pages: facts.pages,
+            devices,
+            spec: candidate.spec,
+            bytes: candidate.bytes,
+        })
+    }
+
+    /// Records an admitted model; it must be the last one [`Catalog::admit`] answered.
+    fn commit(&mut self, model: Registered) -> Arc<Registered> {
+        debug_assert_eq!(model.id.0 as usize, self.models.len());
+        let model = Arc::new(model);
+        self.by_name.insert(model.spec.name.clone(), model.id);
+        self.models.push(Arc::clone(&model));
+        model
+    }
+
+    /// The id of the model named `name`.
+    pub fn id(&self, name: &str) -> Option<ModelId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// The model of `id`.
+    pub fn get(&self, id: ModelId) -> Option<&Arc<Registered>> {
+        self.models.get(id.0 as usize)
+    }
+
+    /// Every registered model, in id order.
+    pub fn models(&self) -> &[Arc<Registered>] {
+        &self.models
+    }
+}
+
+/// Called with each model registered, in id order.
+type Watcher = Box<dyn Fn(&Registered) + Send + Sync>;
+
+#[derive(Default)]
+struct Shared {
+    models: Vec<Arc<Registered>>,
+    watchers: Vec<Watcher>,
+}
+
+/// The registered models as other threads see them (the API): read-mostly, shared, and
+/// watchable. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct ModelTable(Arc<RwLock<Shared>>);
+
+impl ModelTable {
+    /// Every registered model, in id order.
+    pub fn models(&self) -> Vec<Arc<Registered>> {
+        self.read().models.clone()
+    }
+
+    /// Calls `watcher` for every model registered so far, then for each one registered
+    /// later, in id order and none twice. It runs under the table's lock: it must not
+    /// use the table.
+    pub fn watch(&self, watcher: impl Fn(&Registered) + Send + Sync + 'static) {
+        let mut shared = self.0.write().unwrap_or_else(|e| e.into_inner());
+        for model in &shared.models {
+            watcher(model);
+        }
+        shared.watchers.push(Box::new(watcher));
+    }
+
+    fn publish(&self, model: Arc<Registered>) {
+        let mut shared = self.0.write().unwrap_or_else(|e| e.into_inner());
+        // Watchers first, under the lock: whoever finds the model finds it everywhere.
+        for watcher in &shared.watchers {
+            watcher(&model);
+        }
+        shared.models.push(model);
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Shared> {
+        self.0.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Hands an artifact to the model cache (an actor's mailbox; a closure in tests).
+pub type CacheSink = Box<dyn Fn(RegisterArtifact) + Send>;
+
+/// The catalog with the parts it tells: the model cache and the shared table.
+pub struct Registry {
+    catalog: Catalog,
+    cache: CacheSink,
+    table: ModelTable,
+}
+
+impl Registry {
+    pub fn new(catalog: Catalog, cache: CacheSink, table: ModelTable) -> Self {
+        Self {
+            catalog,
+            cache,
+            table,
+        }
+    }
+
+    /// Registers `candidate`: gives it the next id and tells the policy, the model cache
+    /// and the table, or refuses it before anything is changed.
+    pub fn register(
+        &mut self,
+        policy: &mut dyn Policy,
+        candidate: Candidate,
+    ) -> Result<Arc<Registered>, RegisterError> {
+        let model = self.catalog.admit(candidate)?;
+        let policy_id = policy.add_model(model.policy_info());
+        if policy_id != model.id {
+            return Err(RegisterError::OutOfStep {
+                name: model.spec.name,
+                registry: model.id.0,
+                policy: policy_id.0,
+            });
+        }
+        let model = self.catalog.commit(model);
+        // The cache hears of it before any LOAD of it can be dispatched: the same sender
+        // sends LOADs later, and an executor only fetches after a LOAD.
+        (self.cache)(RegisterArtifact {
+            id: model.id,
+            spec: model.spec.clone(),
+            bytes: model.bytes.clone(),
+        });
+        self.table.publish(Arc::clone(&model));
+        Ok(model)
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::profiles;
+
+    const SIM: DeviceFacts = DeviceFacts {
+        backend: Some(BackendKind::Sim),
+        pages: 100,
+        emulated: true,
+        needs_graph: false,
+    };
+
+    fn candidate(name: &str) -> Candidate {
+        Candidate {
+            spec: profiles::model("resnet50", name, 1).expect("built-in profile"),
+            bytes: None,
+            backends: None,
+        }
+    }
+
+    #[test]
+    fn ids_are_dense_and_names_unique() {
+        let mut catalog = Catalog::new(vec![SIM], 16 << 20);
+        let a = catalog.admit(candidate("a")).unwrap();
+        assert_eq!(a.id, ModelId(0));
+        catalog.commit(a);
+        let b = catalog.admit(candidate("b")).unwrap();
+        assert_eq!(b.id, ModelId(1));
+        catalog.commit(b);
+        assert_eq!(
+            catalog.admit(candidate("a")).unwrap_err(),
+            RegisterError::Duplicate("a".into())
+        );
+        assert_eq!(catalog.id("b"), Some(ModelId(1)));
+        assert_eq!(catalog.get(ModelId(0)).map(|m| m.name()), Some("a"));
+    }
+
+    #[test]
+    fn ineligible_models_are_refused_and_take_no_id() {
+        let mut catalog = Catalog::new(vec![SIM], 16 << 20);
+        let mut graph = candidate("real");
+        graph.bytes = Some(Arc::from(&b"onnx"[..]));
+        let err = catalog.admit(graph).unwrap_err();
+        assert!(matches!(err, RegisterError::Ineligible(_)), "{err}");
+        let next = catalog.admit(candidate("a")).unwrap();
+        assert_eq!(next.id, ModelId(0));
+        catalog.commit(next);
+        assert_eq!(catalog.models().len(), 1);
+    }
+
+    #[test]
+    fn watchers_see_past_and_future_models_once_in_order() {
+        let table = ModelTable::default();
+        let catalog = Catalog::new(vec![SIM], 16 << 20);
+        let first = catalog.admit(candidate("a")).unwrap();
+        table.publish(Arc::new(first));
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        table.watch(move |m| log.lock().unwrap().push(m.name().to_owned()));
+        let mut catalog = Catalog::new(vec![SIM], 16 << 20);
+        catalog.commit(catalog.admit(candidate("a")).unwrap());
+        table.publish(Arc::new(catalog.admit(candidate("b")).unwrap()));
+        assert_eq!(*seen.lock().unwrap(), vec!["a", "b"]);
+        assert_eq!(table.models().len(), 2);
+    }
+
+    fn registry(table: &ModelTable, cached: &Arc<std::sync::Mutex<Vec<ModelId>>>) -> Registry {
+        let cached = Arc::clone(cached);
+        let sink: CacheSink = Box::new(move |a| cached.lock().unwrap().push(a.id));
+        Registry::new(Catalog::new(vec![SIM], 16 << 20), sink, table.clone())
+    }
+
+    #[test]
+    fn registration_tells_policy_cache_and_table_the_same_id() {
+        let table = ModelTable::default();
+        let cached = Arc::default();
+        let mut registry = registry(&table, &cached);
+        let mut policy = crate::scheduler::build(&Default::default());
+        for name in ["a", "b"] {
+            registry.register(policy.as_mut(), candidate(name)).unwrap();
+        }
+        assert_eq!(*cached.lock().unwrap(), vec![ModelId(0), ModelId(1)]);
+        let ids: Vec<ModelId> = table.models().iter().map(|m| m.id).collect();
+        assert_eq!(ids, vec![ModelId(0), ModelId(1)]);
+        let err = registry
+            .register(policy.as_mut(), candidate("a"))
+            .unwrap_err();
+        assert_eq!(err, RegisterError::Duplicate("a".into()));
+        assert_eq!(cached.lock().unwrap().len(), 2, "a refusal tells nobody");
+    }
+
+    #[test]
+    fn a_policy_out_of_step_is_an_error_not_a_mixup() {
+        let table = ModelTable::default();
+        let cached = Arc::default();
+        let mut registry = registry(&table, &cached);
+        let mut policy = crate::scheduler::build(&Default::default());
+        let stray = candidate("stray");
+        policy.add_model(ModelInfo {
+            pages: 1,
+            profile: stray.spec.profile,
+            devices: None,
+        });
+        let err = registry
+            .register(policy.as_mut(), candidate("a"))
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                RegisterError::OutOfStep {
+                    policy: 1,
+                    registry: 0,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(cached.lock().unwrap().is_empty());
+        assert!(table.models().is_empty());
+    }
+}
