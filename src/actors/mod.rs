@@ -19,8 +19,9 @@ mod from_config;
 pub mod messages;
 mod model_cache;
 mod runtime;
+pub mod watchdog;
 
-pub use controller::{Controller, ControllerParts};
+pub use controller::{Controller, ControllerParts, ControllerSettings};
 pub use executor::{Executor, ExecutorLinks};
 pub use model_cache::ModelCache;
 pub use runtime::{Placement, Runtime, RuntimeBuilder, StartError};

@@ -6,7 +6,7 @@ use actix::prelude::*;
 
 use super::eligibility::{eligible_devices, DeviceFacts, IneligibleModel, ModelFacts};
 use super::messages::{Drain, RegisterArtifact};
-use super::{Controller, ControllerParts, Executor, ExecutorLinks, ModelCache};
+use super::{Controller, ControllerParts, ControllerSettings, Executor, ExecutorLinks, ModelCache};
 use crate::config::{BackendKind, PolicyConfig};
 use crate::events::EventBus;
 use crate::gpu::profiles;
@@ -67,6 +67,8 @@ pub struct RuntimeBuilder {
     /// Repository models refused at start, with the reason.
     pub(super) refused: Vec<(String, String)>,
     pub(super) repository: Option<RepositorySource>,
+    /// The controller's watchdog and shutdown limits.
+    pub(super) settings: ControllerSettings,
 }
 
 /// Handles on a running actor system.
@@ -96,6 +98,7 @@ impl RuntimeBuilder {
             placement: Placement::CurrentThread,
             refused: Vec::new(),
             repository: None,
+            settings: ControllerSettings::default(),
         }
     }
 
@@ -117,6 +120,12 @@ impl RuntimeBuilder {
             bytes: Some(registration.bytes),
             backends: registration.backends,
         });
+        self
+    }
+
+    /// The controller's watchdog and shutdown limits.
+    pub fn controller_settings(mut self, settings: ControllerSettings) -> Self {
+        self.settings = settings;
         self
     }
 
@@ -261,6 +270,7 @@ impl RuntimeBuilder {
             executors: executors.iter().map(|e| e.clone().recipient()).collect(),
             emulated,
             events: events.clone(),
+            settings: self.settings,
         };
         let controller = Controller::new(parts);
         home.spawn(async move {
