@@ -83,9 +83,16 @@ impl Default for RepositoryConfig {
 pub struct ServerConfig {
     /// Address the API listens on; port 0 picks a free port.
     pub listen: String,
-    /// How long shutdown waits for in-flight requests before giving up on them.
+    /// How long shutdown waits for in-flight requests; those still unanswered then are
+    /// answered `shutting_down`.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// Least time an action may run past its latest start and its estimate before the
+    /// controller gives up on it: its requests are re-planned or answered
+    /// `execution_failed`, and its device gets no work until it reports again. An action
+    /// is always given at least twice its estimate.
+    #[serde(with = "humantime_serde")]
+    pub watchdog_grace: Duration,
     /// Largest request body the API accepts; larger ones are refused with 413.
     pub max_body_bytes: usize,
 }
@@ -95,6 +102,7 @@ impl Default for ServerConfig {
         Self {
             listen: "127.0.0.1:8000".into(),
             shutdown_grace: Duration::from_secs(10),
+            watchdog_grace: Duration::from_millis(100),
             max_body_bytes: 32 << 20,
         }
     }

@@ -16,16 +16,20 @@ use super::messages::{
     RegisterError, RegisterModel, RequestTiming, SnapshotController, Submit,
 };
 use super::registry::{Candidate, Registry};
+use super::watchdog::{GivenUp, Settled, Watchdog};
 use crate::events::{self, Event, EventBus};
 use crate::gpu::BatchOutputs;
 use crate::model::{ActionId, DeviceId, ModelId, RequestId};
 use crate::outcome::Outcome as RequestOutcome;
 use crate::scheduler::ids::IdMap;
 use crate::scheduler::{
-    Action, ActionKind, Answer, Outcome, Plan, Policy, Request, Verdict,
+    Action, ActionError, ActionKind, Answer, Outcome, Plan, Policy, Request, Verdict,
 };
 use crate::tensor::{check_inputs, Tensor};
 use crate::time::{Clock, Nanos};
+
+/// Action ids the controller gives its own repair actions (the policy's count up from 1).
+const REPAIR_IDS: u64 = 1 << 63;
 
 /// A request waiting for its answer.
 struct Pending {
@@ -54,6 +58,27 @@ pub struct ControllerParts {
     /// Whether each device only emulates.
     pub emulated: Vec<bool>,
     pub events: EventBus,
+    pub settings: ControllerSettings,
+}
+
+/// The controller's own time limits (not the policy's).
+#[derive(Clone, Copy, Debug)]
+pub struct ControllerSettings {
+    /// Least time an action is given beyond its latest start and its estimate before the
+    /// watchdog fails it and suspects its device (see [`super::watchdog`]).
+    pub watchdog_grace: Nanos,
+    /// How long a `Drain` waits for admitted requests; those still unanswered then are
+    /// answered `shutting_down`.
+    pub shutdown_grace: Nanos,
+}
+
+impl Default for ControllerSettings {
+    fn default() -> Self {
+        Self {
+            watchdog_grace: 100 * crate::time::MS,
+            shutdown_grace: 10_000 * crate::time::MS,
+        }
+    }
 }
 
 /// The controller actor.
@@ -64,8 +89,15 @@ pub struct Controller {
     next_request: u64,
     /// Reused buffer for the policy's decisions.
     plan: Plan,
-    /// Outputs of a batch just reported, until the policy's answers claim them.
+    /// Outputs of reported batches, per request, until that request is answered (the
+    /// policy may answer it in a later step than the report).
     outputs: IdMap<RequestId, (Vec<Tensor>, RequestTiming)>,
+    /// Deadlines of the actions in flight, and the suspect devices.
+    watchdog: Watchdog,
+    /// When a `Drain` gives up waiting and answers what is left.
+    drain_deadline: Option<Nanos>,
+    /// Repair actions sent so far (for their ids).
+    next_repair: u64,
     /// The armed wake-up: (when, timer).
     wakeup: Option<(Nanos, SpawnHandle)>,
     admitted: u64,
@@ -76,6 +108,7 @@ pub struct Controller {
 
 impl Controller {
     pub fn new(parts: ControllerParts) -> Self {
+        let watchdog = Watchdog::new(parts.settings.watchdog_grace);
         Self {
             parts,
             pending: IdMap::default(),
@@ -83,6 +116,9 @@ impl Controller {
             next_request: 0,
             plan: Plan::default(),
             outputs: IdMap::default(),
+            watchdog,
+            drain_deadline: None,
+            next_repair: 0,
             wakeup: None,
             admitted: 0,
             answered: 0,
@@ -138,6 +174,7 @@ impl Controller {
     /// Runs the policy and carries out its plan.
     fn step(&mut self, ctx: &mut Context<Self>) {
         let now = self.now();
+        self.fail_overdue(now);
         self.parts.policy.schedule(now, &mut self.plan);
         let mut plan = std::mem::take(&mut self.plan);
         for answer in plan.answers.drain(..) {
@@ -147,11 +184,60 @@ impl Controller {
             self.dispatch(action);
         }
         self.plan = plan;
-        self.outputs.clear();
+        if self.drain_deadline.is_some_and(|at| at <= now) {
+            self.abandon_pending(now);
+        }
         self.arm(ctx);
         if self.draining && self.pending.is_empty() {
             for done in self.drained.drain(..) {
                 let _ = done.send(());
+            }
+        }
+    }
+
+    /// Fails every action whose report is overdue, as if its executor had reported
+    /// `Overdue`, and tells the policy its device is suspect.
+    fn fail_overdue(&mut self, now: Nanos) {
+        for (action, device) in self.watchdog.overdue(now) {
+            let Some(sent) = self.sent.remove(&action) else {
+                continue;
+            };
+            tracing::warn!(
+                action = action.0,
+                device = device.0,
+                kind = sent.action.kind.name(),
+                "no report by the watchdog's deadline: action failed, device suspect"
+            );
+            self.parts.policy.set_suspect(device, true);
+            let report = ActionReport {
+                action,
+                device,
+                result: Err(ActionError::Overdue),
+                outputs: None,
+            };
+            self.apply(sent, report, now);
+        }
+    }
+
+    /// The drain's deadline passed: what is still unanswered is answered `shutting_down`
+    /// (the policy forgets nothing: a late report finds no pending request and is dropped).
+    fn abandon_pending(&mut self, now: Nanos) {
+        let left: Vec<RequestId> = self.pending.keys().copied().collect();
+        if !left.is_empty() {
+            tracing::warn!(
+                requests = left.len(),
+                "shutdown grace over: answering what is left"
+            );
+        }
+        for request in left {
+            if let Some(pending) = self.pending.remove(&request) {
+                self.outputs.remove(&request);
+                let answer = (
+                    Err(InferError::ShuttingDown),
+                    RequestOutcome::ShuttingDown,
+                    None,
+                );
+                self.deliver(request, pending, answer, now);
             }
         }
     }
@@ -170,16 +256,19 @@ impl Controller {
             action: action.clone(),
             inputs,
         });
+        self.watchdog.watch(&action);
         self.sent.insert(action.id, Sent { action, requests });
     }
 
     fn answer(&mut self, answer: Answer, now: Nanos) {
         let Some(pending) = self.pending.remove(&answer.request) else {
-            tracing::error!(request = ?answer.request, "policy answered an unknown request");
+            // After a drain's deadline the controller answered it already.
+            tracing::debug!(request = ?answer.request, "answer for a request no longer pending");
             return;
         };
+        let outputs = self.outputs.remove(&answer.request);
         let (result, outcome, batch) = match answer.verdict {
-            Verdict::Completed { late, .. } => match self.outputs.remove(&answer.request) {
+            Verdict::Completed { late, .. } => match outputs {
                 Some((outputs, timing)) => {
                     let emulated = self.parts.emulated[timing.device.0 as usize];
                     let ok = Inferred {
@@ -217,12 +306,24 @@ impl Controller {
                 None,
             ),
         };
+        self.deliver(answer.request, pending, (result, outcome, batch), now);
+    }
+
+    /// Sends a request its one answer and publishes it.
+    fn deliver(
+        &mut self,
+        request: RequestId,
+        pending: Pending,
+        answer: (InferResult, RequestOutcome, Option<u32>),
+        now: Nanos,
+    ) {
+        let (result, outcome, batch) = answer;
         // The caller may have gone away; the request is answered all the same.
         let _ = pending.reply.send(result);
         self.answered += 1;
         self.parts.events.publish(|| {
             Event::RequestAnswered(events::RequestAnswered {
-                request: answer.request,
+                request,
                 model: pending.model,
                 arrival: pending.arrival,
                 answered: now,
@@ -236,7 +337,15 @@ impl Controller {
     /// Keeps one timer armed for the policy's next wake-up.
     fn arm(&mut self, ctx: &mut Context<Self>) {
         let now = self.now();
-        let Some(at) = self.parts.policy.next_wakeup(now) else {
+        let at = [
+            self.parts.policy.next_wakeup(now),
+            self.watchdog.next_deadline(),
+            self.drain_deadline,
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let Some(at) = at.map(|at| at.max(now + 1)) else {
             return;
         };
         if let Some((armed, handle)) = self.wakeup {
@@ -252,12 +361,46 @@ impl Controller {
         self.wakeup = Some((at, handle));
     }
 
-    /// Applies an executor's report: outputs are kept for the answers the policy gives.
+    /// Takes an executor's report: a report in time goes to the policy (outputs are kept
+    /// for the answers it gives); a late one, of an action the watchdog already failed,
+    /// only shows that the device lives again.
     fn report(&mut self, report: ActionReport, ctx: &mut Context<Self>) {
+        let was_suspect = self.watchdog.is_suspect(report.device);
+        let settled = self.watchdog.settle(report.action, report.device);
+        if was_suspect {
+            tracing::info!(device = report.device.0, "suspect device reported again");
+            self.parts.policy.set_suspect(report.device, false);
+        }
+        match settled {
+            Settled::InTime => {}
+            Settled::Late(given_up) => {
+                tracing::info!(
+                    action = report.action.0,
+                    "late report of an action failed as overdue: ignored"
+                );
+                if given_up.load && report.result.is_ok() {
+                    // The policy counts those pages free: give them back on the device.
+                    self.evict_late_load(given_up);
+                }
+                self.step(ctx);
+                return;
+            }
+            Settled::Unknown => {
+                tracing::debug!(action = ?report.action, "report of an action not in flight");
+                return;
+            }
+        }
         let Some(sent) = self.sent.remove(&report.action) else {
             tracing::error!(action = ?report.action, "report of an unknown action");
             return;
         };
+        let now = self.now();
+        self.apply(sent, report, now);
+        self.step(ctx);
+    }
+
+    /// Applies the report of an action the policy planned: outputs, event, policy.
+    fn apply(&mut self, sent: Sent, report: ActionReport, now: Nanos) {
         if let (Ok(measured), Some(outputs)) = (&report.result, report.outputs) {
             self.stash_outputs(&sent, *measured, outputs);
         }
@@ -277,9 +420,29 @@ impl Controller {
             action: report.action,
             result: report.result,
         };
-        let now = self.now();
         self.parts.policy.observe(outcome, now, &mut self.plan);
-        self.step(ctx);
+    }
+
+    /// A LOAD the watchdog failed finished after all: the policy's mirror counts its pages
+    /// free, so the controller unloads the weights again (a repair action the policy never
+    /// sees; its report is ignored like any unknown one).
+    fn evict_late_load(&mut self, load: GivenUp) {
+        let GivenUp { device, model, .. } = load;
+        self.next_repair += 1;
+        let now = self.now();
+        let unload = Action {
+            id: ActionId(REPAIR_IDS | self.next_repair),
+            device,
+            model,
+            earliest: now,
+            latest: Nanos::MAX,
+            expected_duration: 0,
+            kind: ActionKind::Unload,
+        };
+        self.parts.executors[device.0 as usize].do_send(Execute {
+            action: unload,
+            inputs: Vec::new(),
+        });
     }
 
     fn stash_outputs(
@@ -391,8 +554,13 @@ impl Handler<SnapshotController> for Controller {
 impl Handler<Drain> for Controller {
     type Result = ResponseFuture<()>;
 
-    fn handle(&mut self, _: Drain, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, _: Drain, ctx: &mut Context<Self>) -> Self::Result {
         self.draining = true;
+        let deadline = self
+            .now()
+            .saturating_add(self.parts.settings.shutdown_grace);
+        self.drain_deadline = Some(self.drain_deadline.map_or(deadline, |d| d.min(deadline)));
+        self.arm(ctx);
         let (done, drained) = oneshot::channel();
         if self.pending.is_empty() {
             let _ = done.send(());

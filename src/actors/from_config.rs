@@ -18,7 +18,13 @@ use crate::time::{nanos, Clock};
 impl RuntimeBuilder {
     /// Devices, models and repository as the configuration file describes them.
     pub fn from_config(clock: Clock, config: &Config) -> Result<Self, StartError> {
-        let mut builder = Self::new(clock, config.policy.clone()).runtime(config.runtime.clone());
+        let settings = super::ControllerSettings {
+            watchdog_grace: nanos(config.server.watchdog_grace),
+            shutdown_grace: nanos(config.server.shutdown_grace),
+        };
+        let mut builder = Self::new(clock, config.policy.clone())
+            .runtime(config.runtime.clone())
+            .controller_settings(settings);
         for group in &config.devices {
             for i in 0..group.count {
                 let backend = device(clock, group, i, builder.devices.len())?;

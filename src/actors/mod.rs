@@ -21,8 +21,9 @@ pub mod messages;
 mod model_cache;
 pub mod registry;
 mod runtime;
+pub mod watchdog;
 
-pub use controller::{Controller, ControllerParts};
+pub use controller::{Controller, ControllerParts, ControllerSettings};
 pub use executor::{Executor, ExecutorLinks};
 pub use model_cache::ModelCache;
 pub use registry::{ModelTable, Registered};

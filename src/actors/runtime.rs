@@ -5,7 +5,7 @@ use actix::prelude::*;
 use super::eligibility::{DeviceFacts, IneligibleModel};
 use super::messages::{Drain, RegisterArtifact};
 use super::registry::{Candidate, Catalog, ModelTable, RegisterError, Registry};
-use super::{Controller, ControllerParts, Executor, ExecutorLinks, ModelCache};
+use super::{Controller, ControllerParts, ControllerSettings, Executor, ExecutorLinks, ModelCache};
 use crate::config::{BackendKind, PolicyConfig, RuntimeConfig};
 use crate::events::EventBus;
 use crate::gpu::profiles;
@@ -77,6 +77,8 @@ pub struct RuntimeBuilder {
     /// Repository models refused at start, with the reason.
     pub(super) refused: Vec<(String, String)>,
     pub(super) repository: Option<RepositorySource>,
+    /// The controller's watchdog and shutdown limits.
+    pub(super) settings: ControllerSettings,
 }
 
 /// Handles on a running actor system.
@@ -111,6 +113,7 @@ impl RuntimeBuilder {
             placement: Placement::CurrentThread,
             refused: Vec::new(),
             repository: None,
+            settings: ControllerSettings::default(),
         }
     }
 
@@ -139,6 +142,12 @@ impl RuntimeBuilder {
             },
             refusable: true,
         });
+        self
+    }
+
+    /// The controller's watchdog and shutdown limits.
+    pub fn controller_settings(mut self, settings: ControllerSettings) -> Self {
+        self.settings = settings;
         self
     }
 
@@ -230,6 +239,7 @@ impl RuntimeBuilder {
             executors: executors.iter().map(|e| e.clone().recipient()).collect(),
             emulated,
             events: EventBus::default(),
+            settings: self.settings,
         };
         let events = parts.events.clone();
         let controller = Controller::new(parts);

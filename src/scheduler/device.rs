@@ -107,6 +107,9 @@ pub struct DeviceMirror {
     /// The last load pass failed only because models with INFERs in flight hold the pages
     /// it needs: the end of such an INFER is worth another look.
     pub load_blocked_by_flight: bool,
+    /// An action on it went unreported past the watchdog's deadline: no new work until it
+    /// reports again.
+    pub suspect: bool,
 }
 
 impl DeviceMirror {
@@ -121,6 +124,7 @@ impl DeviceMirror {
             strategies: BinaryHeap::new(),
             load_retry_at: 0,
             load_blocked_by_flight: false,
+            suspect: false,
         }
     }
 

@@ -107,6 +107,10 @@ pub enum ActionError {
     NoFreePages,
     #[error("device failed: {0}")]
     Device(String),
+    /// The controller's watchdog gave up on it: no report came by its deadline (see
+    /// `actors::watchdog`). Nothing is known of what the device did.
+    #[error("no report from the device in time (the device is suspect)")]
+    Overdue,
 }
 
 /// The report of one action, as the policy needs it.
@@ -227,6 +231,8 @@ pub struct DeviceSnapshot {
     pub exec_free_at: Nanos,
     /// Predicted time the load lane runs out of planned work.
     pub load_free_at: Nanos,
+    /// The watchdog found an action on it overdue: it gets no work until it reports.
+    pub suspect: bool,
 }
 
 /// A scheduling policy: the controller's brain.
@@ -243,6 +249,9 @@ pub trait Policy {
     fn admit(&mut self, request: Request, now: Nanos, plan: &mut Plan);
     /// Learns from the report of an action it planned.
     fn observe(&mut self, outcome: Outcome, now: Nanos, plan: &mut Plan);
+    /// Marks a device suspect (an action on it is overdue: plan nothing more on it) or
+    /// healthy again (it reported). What is resident on it stays as the mirror has it.
+    fn set_suspect(&mut self, device: DeviceId, suspect: bool);
     /// Plans what the devices should do next.
     fn schedule(&mut self, now: Nanos, plan: &mut Plan);
     /// When `schedule` should next be called even if nothing happens.

@@ -46,6 +46,8 @@ struct Device {
     exec_until: Nanos,
     /// When the load lane's queued UNLOADs and LOAD are expected to end.
     load_until: Nanos,
+    /// The watchdog found an action on it overdue: nothing new goes to it.
+    suspect: bool,
 }
 
 impl Device {
@@ -357,7 +359,7 @@ impl Policy for ReactivePolicy {
 
     fn schedule(&mut self, now: Nanos, plan: &mut Plan) {
         for d in 0..self.devices.len() {
-            if !self.devices[d].exec_busy {
+            if !self.devices[d].exec_busy && !self.devices[d].suspect {
                 self.run_batch(DeviceId(d as u32), now, plan);
             }
         }
@@ -366,13 +368,17 @@ impl Policy for ReactivePolicy {
         }
         // A miss goes to the device holding the fewest models, to spread the load.
         let mut order: Vec<(usize, usize)> = (0..self.devices.len())
-            .filter(|&d| !self.devices[d].load_busy)
+            .filter(|&d| !self.devices[d].load_busy && !self.devices[d].suspect)
             .map(|d| (self.devices[d].residents.len(), d))
             .collect();
         order.sort_unstable();
         for (_, d) in order {
             self.load_missed(DeviceId(d as u32), now, plan);
         }
+    }
+
+    fn set_suspect(&mut self, device: DeviceId, suspect: bool) {
+        self.devices[device.0 as usize].suspect = suspect;
     }
 
     fn next_wakeup(&self, _now: Nanos) -> Option<Nanos> {
@@ -393,6 +399,7 @@ impl Policy for ReactivePolicy {
                     models: d.residents.len(),
                     exec_free_at: Device::free_at(d.exec_busy, d.exec_until, now),
                     load_free_at: Device::free_at(d.load_busy, d.load_until, now),
+                    suspect: d.suspect,
                 })
                 .collect(),
         }

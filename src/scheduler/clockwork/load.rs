@@ -17,7 +17,12 @@ impl ClockworkPolicy {
     /// Demand no replica serves yet: queued demand less one device per replica.
     fn unserved(&self, model: ModelId) -> u64 {
         let m = &self.models[model.0 as usize];
-        let replicas = m.ready_on.len() as u64 + u64::from(m.loading);
+        let healthy = m
+            .ready_on
+            .iter()
+            .filter(|d| !self.devices[d.0 as usize].suspect)
+            .count();
+        let replicas = healthy as u64 + u64::from(m.loading);
         (m.queue.demand() + m.missed).saturating_sub(replicas * DEVICE)
     }
 

@@ -244,8 +244,9 @@ impl ClockworkPolicy {
                     });
                 }
             }
-            Err(ActionError::TooLate) => {
-                // Nothing ran: the requests may still make it on another try.
+            Err(ActionError::TooLate | ActionError::Overdue) => {
+                // Nothing ran (or nothing is known to have run): the requests may still
+                // make it on another try, elsewhere if this device is suspect.
                 for q in requests {
                     self.enqueue(flight.model, q);
                 }
@@ -364,6 +365,22 @@ impl Policy for ClockworkPolicy {
         }
     }
 
+    fn set_suspect(&mut self, device: DeviceId, suspect: bool) {
+        let d = &mut self.devices[device.0 as usize];
+        if d.suspect == suspect {
+            return;
+        }
+        d.suspect = suspect;
+        d.load_retry_at = 0;
+        // Replicas on a suspect device do not count against their models' demand, so the
+        // load pass places them elsewhere.
+        let resident: Vec<ModelId> = d.residents.keys().copied().collect();
+        for model in resident {
+            self.rerank(model);
+            self.queue_changed(model, None);
+        }
+    }
+
     fn schedule(&mut self, now: Nanos, plan: &mut Plan) {
         self.expire(now, plan);
         self.schedule_devices(now, plan);
@@ -380,7 +397,7 @@ impl Policy for ClockworkPolicy {
         if self.queued > 0 {
             let (ahead, lanes) = (self.params.schedule_ahead, self.params.lanes);
             let loading = !self.load_ranking.is_empty();
-            for device in &self.devices {
+            for device in self.devices.iter().filter(|d| !d.suspect) {
                 // A lane needs the policy again when its planned work drops inside the
                 // schedule-ahead window, if it has something it could take.
                 if !device.strategies.is_empty() {
@@ -409,6 +426,7 @@ impl Policy for ClockworkPolicy {
                     models: d.residents.len(),
                     exec_free_at: d.exec.free_at(now, lanes),
                     load_free_at: d.load.free_at(now, lanes),
+                    suspect: d.suspect,
                 })
                 .collect(),
         }
@@ -419,7 +437,9 @@ impl ClockworkPolicy {
     /// Fills exec lanes, then load lanes.
     fn schedule_devices(&mut self, now: Nanos, plan: &mut Plan) {
         for d in 0..self.devices.len() {
-            self.schedule_infers(DeviceId(d as u32), now, plan);
+            if !self.devices[d].suspect {
+                self.schedule_infers(DeviceId(d as u32), now, plan);
+            }
         }
         if !self.load_ranking.is_empty() {
             // The least busy device picks first, so hot models spread over devices.
@@ -429,7 +449,9 @@ impl ClockworkPolicy {
                 .iter()
                 .enumerate()
                 .filter(|(_, dev)| {
-                    now >= dev.load_retry_at && dev.load.free_at(now, lanes) < horizon
+                    !dev.suspect
+                        && now >= dev.load_retry_at
+                        && dev.load.free_at(now, lanes) < horizon
                 })
                 .map(|(d, dev)| (dev.exec.free_at(now, lanes), d))
                 .collect();
