@@ -30,7 +30,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, LogNormal, Normal, Poisson};
 
-use super::trace::{self, TraceStream, DAY_MINUTES, TRACE_FILE_PREFIX};
+use super::maf_csv::DAY_MINUTES;
+use super::trace::{self, TraceStream, TRACE_FILE_PREFIX};
 use super::{check, check_models, WorkloadError, WorkloadParams};
 
 /// The most day files written: the real trace has 14 days.

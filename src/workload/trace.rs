@@ -34,15 +34,12 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_distr::Exp1;
 
-use super::maf_csv::for_each_row;
+use super::maf_csv::{for_each_row, DAY_MINUTES};
 use super::{check, check_models, Arrival, ArrivalStream, WorkloadError, WorkloadParams};
 use crate::time::Nanos;
 
 /// Every trace file's name starts with this (then the day number and `.csv`).
 pub const TRACE_FILE_PREFIX: &str = "invocations_per_function_md.anon.d";
-
-/// Minutes in one day file.
-pub const DAY_MINUTES: u64 = 1440;
 
 /// Nanoseconds in a trace minute before compression.
 const MINUTE_NS: f64 = 60e9;
