@@ -11,7 +11,7 @@ if [ ! -x "$venv/bin/python" ]; then
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check 'tritonclient[http]' numpy
 fi
 
-cargo build --quiet --bin clockwork
+cargo build --locked --quiet --bin clockwork
 work=$(mktemp -d)
 server_pid=
 cleanup() {

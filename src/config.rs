@@ -1,7 +1,8 @@
 //! The configuration file (`config.toml`), documented field by field.
 //!
-//! Every key has a default taken from the Clockwork paper (see docs/ARCHITECTURE.md), so
-//! an empty file is valid. Unknown keys are rejected with the key's name, because a misspelt
+//! Every key has a default taken from the Clockwork paper (see "Facts the design rests on"
+//! in docs/ARCHITECTURE.md), so an empty file is valid. Unknown keys are rejected with the
+//! key's name, because a misspelt
 //! setting that silently keeps its default is worse than a refusal to start.
 
 use std::fmt;

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use actix::Message;
 use serde::Serialize;
 
+use super::eligibility::IneligibleModel;
 use crate::config::BackendKind;
 use crate::gpu::{BatchOutputs, ModelArtifact};
 use crate::model::{ActionId, DeviceId, ModelId, ModelSpec, RequestId};
@@ -157,7 +158,22 @@ pub struct RegisterModel {
     pub backends: Option<Vec<BackendKind>>,
 }
 
-pub use super::registry::RegisterError;
+/// Why a model could not be registered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegisterError {
+    #[error("a model named '{0}' is already registered")]
+    Duplicate(String),
+    #[error(transparent)]
+    Ineligible(#[from] IneligibleModel),
+    /// The policy numbered the model differently: a bug, refused rather than served with
+    /// mixed-up ids.
+    #[error("model '{name}': the policy gave id {policy} where the registry gave {registry}")]
+    OutOfStep {
+        name: String,
+        registry: u32,
+        policy: u32,
+    },
+}
 
 /// Asks the controller for its state.
 #[derive(Debug, Message)]

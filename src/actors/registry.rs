@@ -11,8 +11,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use super::eligibility::{eligible_devices, DeviceFacts, IneligibleModel, ModelFacts};
-use super::messages::RegisterArtifact;
+use super::eligibility::{eligible_devices, DeviceFacts, ModelFacts};
+use super::messages::{RegisterArtifact, RegisterError};
 use crate::config::BackendKind;
 use crate::model::{DeviceId, ModelId, ModelSpec};
 use crate::scheduler::{ModelInfo, Policy};
@@ -53,23 +53,6 @@ impl Registered {
             devices: self.devices.clone(),
         }
     }
-}
-
-/// Why a model could not be registered.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RegisterError {
-    #[error("a model named '{0}' is already registered")]
-    Duplicate(String),
-    #[error(transparent)]
-    Ineligible(#[from] IneligibleModel),
-    /// The policy numbered the model differently: a bug, refused rather than served with
-    /// mixed-up ids.
-    #[error("model '{name}': the policy gave id {policy} where the registry gave {registry}")]
-    OutOfStep {
-        name: String,
-        registry: u32,
-        policy: u32,
-    },
 }
 
 /// The pure part: names, ids, eligibility and the registered models.

@@ -3,8 +3,9 @@
 use actix::prelude::*;
 
 use super::eligibility::{DeviceFacts, IneligibleModel};
+use super::messages::RegisterError;
 use super::messages::{Drain, RegisterArtifact};
-use super::registry::{Candidate, Catalog, ModelTable, RegisterError, Registry};
+use super::registry::{Candidate, Catalog, ModelTable, Registry};
 use super::{Controller, ControllerParts, ControllerSettings, Executor, ExecutorLinks, ModelCache};
 use crate::config::{BackendKind, PolicyConfig, RuntimeConfig};
 use crate::events::EventBus;

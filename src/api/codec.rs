@@ -7,6 +7,7 @@
 
 use serde_json::Value;
 
+use super::v2::{datatype_name, Elements};
 use crate::model::{DataType, TensorSpec};
 
 /// The shape of one item from the shape a client sent, and whether the client added a
@@ -85,7 +86,7 @@ pub fn from_json(
     }
     let mut out = Vec::with_capacity(count * datatype.size().unwrap_or(8));
     let wrong = |value: &Value| {
-        let expected = super::v2::datatype_name(datatype);
+        let expected = datatype_name(datatype);
         format!("input '{name}' has the value {value}, which is not a {expected}")
     };
     macro_rules! ints {
@@ -172,19 +173,6 @@ pub fn check_raw(name: &str, datatype: DataType, count: usize, data: &[u8]) -> R
             )),
         },
     }
-}
-
-/// The elements of an output, typed so that each serialises as its datatype does best
-/// (an `FP32` as the shortest text that reads back as the same `f32`).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-#[serde(untagged)]
-pub enum Elements {
-    Bool(Vec<bool>),
-    Unsigned(Vec<u64>),
-    Signed(Vec<i64>),
-    Float(Vec<f32>),
-    Double(Vec<f64>),
-    Text(Vec<String>),
 }
 
 /// The elements of a tensor's bytes, flat.

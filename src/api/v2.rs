@@ -4,6 +4,9 @@
 //! Requests are read leniently (unknown fields are ignored, as the protocol lets servers
 //! do) but every value the server uses is checked; responses follow the protocol and add
 //! this runtime's facts as response parameters (`emulated`, `late`).
+//!
+//! Only the protocol's vocabulary lives here; `codec.rs` converts between these bodies'
+//! data and the runtime's bytes, so it depends on this module and never the reverse.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -86,7 +89,20 @@ pub struct ResponseOutput {
     /// Flat elements in row-major order; absent for binary data.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Vec<Object>)]
-    pub data: Option<super::codec::Elements>,
+    pub data: Option<Elements>,
+}
+
+/// The elements of an output, typed so that each serialises as its datatype does best
+/// (an `FP32` as the shortest text that reads back as the same `f32`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Elements {
+    Bool(Vec<bool>),
+    Unsigned(Vec<u64>),
+    Signed(Vec<i64>),
+    Float(Vec<f32>),
+    Double(Vec<f64>),
+    Text(Vec<String>),
 }
 
 /// Every datatype and its protocol name.

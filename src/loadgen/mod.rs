@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use actix_web::rt::task::JoinHandle;
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub use client::{client, prepare, ready_models, send, ClientError, Prepared, Sent, NO_ANSWER};
@@ -82,14 +83,24 @@ fn record(tally: &Shared, arrival: Nanos, answered: Nanos, sent: Sent) {
     t.recorder.answered(arrival, answered, sent.into());
 }
 
-/// Sends one arrival and records its answer.
-async fn one(
+/// What every task of a run shares: the client, the prepared requests, the tally and the
+/// run's start (cheap to clone: reference counts and an instant).
+#[derive(Clone)]
+struct Sender {
     http: Rc<awc::Client>,
     requests: Rc<Vec<Prepared>>,
     tally: Shared,
     start: Instant,
-    arrival: Arrival,
-) {
+}
+
+/// Sends one arrival and records its answer.
+async fn one(sender: Sender, arrival: Arrival) {
+    let Sender {
+        http,
+        requests,
+        tally,
+        start,
+    } = sender;
     let at = since(start);
     {
         let mut t = tally.borrow_mut();
@@ -114,72 +125,31 @@ pub async fn run(args: LoadgenArgs) -> Result<Report, LoadgenError> {
     for name in &names {
         requests.push(prepare(&http, &base, name).await?);
     }
-    let requests = Rc::new(requests);
     let mut params = args.params.clone();
     params.models = names.len() as u32;
     let duration = params.duration;
-    let tally: Shared = Rc::new(RefCell::new(Tally {
-        recorder: Recorder::new(duration, 60, duration.min(1_000_000_000)),
-        sent: 0,
-        ok: 0,
-        not_ok: 0,
-    }));
+    let sender = Sender {
+        http,
+        requests: Rc::new(requests),
+        tally: Rc::new(RefCell::new(Tally {
+            recorder: Recorder::new(duration, 60, duration.min(1_000_000_000)),
+            sent: 0,
+            ok: 0,
+            not_ok: 0,
+        })),
+        start: Instant::now(),
+    };
     let bar = progress(args.progress, duration);
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    if args.workload == WorkloadKind::Closed {
-        let picker = Rc::new(RefCell::new(ClosedLoop::new(
-            args.clients,
-            args.think,
-            &params,
-        )));
-        for id in 0..args.clients {
-            let (http, requests, tally, picker) = (
-                http.clone(),
-                requests.clone(),
-                tally.clone(),
-                picker.clone(),
-            );
-            let think = Duration::from_nanos(args.think);
-            tasks.push(actix_web::rt::spawn(async move {
-                while since(start) < duration {
-                    let arrival = picker.borrow_mut().next_request(id, since(start));
-                    one(
-                        http.clone(),
-                        requests.clone(),
-                        tally.clone(),
-                        start,
-                        arrival,
-                    )
-                    .await;
-                    actix_web::rt::time::sleep(think).await;
-                }
-            }));
-        }
+    let tasks = if args.workload == WorkloadKind::Closed {
+        closed_loop(&sender, &args, &params)
     } else {
-        let mut stream = workload::open(&args.workload, &params)?;
-        while let Some(arrival) = stream.next_arrival() {
-            let wait = arrival.at.saturating_sub(since(start));
-            if wait > 0 {
-                actix_web::rt::time::sleep(Duration::from_nanos(wait)).await;
-            }
-            tasks.push(actix_web::rt::spawn(one(
-                http.clone(),
-                requests.clone(),
-                tally.clone(),
-                start,
-                arrival,
-            )));
-            if let Some(bar) = &bar {
-                update(bar, &tally, start);
-            }
-        }
-    }
+        open_loop(&sender, &args.workload, &params, bar.as_ref()).await?
+    };
     // Let the answers of the last requests come in, showing progress meanwhile.
     for task in tasks {
         while !task.is_finished() {
             if let Some(bar) = &bar {
-                update(bar, &tally, start);
+                update(bar, &sender.tally, sender.start);
             }
             actix_web::rt::time::sleep(Duration::from_millis(50)).await;
         }
@@ -187,28 +157,91 @@ pub async fn run(args: LoadgenArgs) -> Result<Report, LoadgenError> {
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    let wall_s = start.elapsed().as_secs_f64();
+    let report = finish(&sender, &args, &params, base, names.len());
+    crate::report::write_all(&args.out, &report)?;
+    Ok(report)
+}
+
+/// Starts the closed-loop clients; each sends its next request `think` after its
+/// previous answer until the run's duration is over.
+fn closed_loop(
+    sender: &Sender,
+    args: &LoadgenArgs,
+    params: &WorkloadParams,
+) -> Vec<JoinHandle<()>> {
+    let picker = Rc::new(RefCell::new(ClosedLoop::new(
+        args.clients,
+        args.think,
+        params,
+    )));
+    let (duration, think) = (params.duration, Duration::from_nanos(args.think));
+    (0..args.clients)
+        .map(|id| {
+            let (sender, picker) = (sender.clone(), picker.clone());
+            actix_web::rt::spawn(async move {
+                while since(sender.start) < duration {
+                    let arrival = picker.borrow_mut().next_request(id, since(sender.start));
+                    one(sender.clone(), arrival).await;
+                    actix_web::rt::time::sleep(think).await;
+                }
+            })
+        })
+        .collect()
+}
+
+/// Sends every arrival of an open-loop workload at its time, whatever the server does.
+async fn open_loop(
+    sender: &Sender,
+    kind: &WorkloadKind,
+    params: &WorkloadParams,
+    bar: Option<&ProgressBar>,
+) -> Result<Vec<JoinHandle<()>>, LoadgenError> {
+    let mut tasks = Vec::new();
+    let mut stream = workload::open(kind, params)?;
+    while let Some(arrival) = stream.next_arrival() {
+        let wait = arrival.at.saturating_sub(since(sender.start));
+        if wait > 0 {
+            actix_web::rt::time::sleep(Duration::from_nanos(wait)).await;
+        }
+        tasks.push(actix_web::rt::spawn(one(sender.clone(), arrival)));
+        if let Some(bar) = bar {
+            update(bar, &sender.tally, sender.start);
+        }
+    }
+    Ok(tasks)
+}
+
+/// The report of a finished run: the tally's numbers and the run's setup.
+fn finish(
+    sender: &Sender,
+    args: &LoadgenArgs,
+    params: &WorkloadParams,
+    base: String,
+    models: usize,
+) -> Report {
+    let wall_s = sender.start.elapsed().as_secs_f64();
     let empty = Recorder::new(1, 1, 1);
-    let recorder = std::mem::replace(&mut tally.borrow_mut().recorder, empty);
+    let recorder = std::mem::replace(&mut sender.tally.borrow_mut().recorder, empty);
     let policy = recorder.finish("server", wall_s);
     let setup = BTreeMap::from([
         ("url".to_owned(), base),
         ("workload".to_owned(), args.workload.to_string()),
-        ("models".to_owned(), names.len().to_string()),
+        ("models".to_owned(), models.to_string()),
         ("rate".to_owned(), params.rate.to_string()),
-        ("duration_s".to_owned(), (duration as f64 / 1e9).to_string()),
+        (
+            "duration_s".to_owned(),
+            (params.duration as f64 / 1e9).to_string(),
+        ),
         (
             "clock".to_owned(),
             "real time, client-side latencies".to_owned(),
         ),
     ]);
-    let report = Report {
-        command: args.command,
+    Report {
+        command: args.command.clone(),
         setup,
         policies: vec![policy],
-    };
-    crate::report::write_all(&args.out, &report)?;
-    Ok(report)
+    }
 }
 
 fn progress(show: bool, duration: Nanos) -> Option<ProgressBar> {

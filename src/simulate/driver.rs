@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use tokio::sync::broadcast::error::RecvError;
 
+use super::listener::Listener;
 use super::{SimulateArgs, SimulateError};
 use crate::actors::messages::Submit;
 use crate::actors::{Controller, RuntimeBuilder};
@@ -107,19 +107,11 @@ async fn simulate(
         BUCKETS,
         TIMELINE,
     )));
-    let lost = Rc::new(Cell::new(0u64));
     let listener = {
-        let (recorder, lost) = (Rc::clone(&recorder), Rc::clone(&lost));
-        let mut events = runtime.events.subscribe();
-        actix_rt::spawn(async move {
-            loop {
-                match events.recv().await {
-                    Ok(Event::ActionDone(done)) => recorder.borrow_mut().action(&done),
-                    Ok(Event::RequestAnswered(_)) => {}
-                    Err(RecvError::Lagged(n)) => lost.set(lost.get() + n),
-                    Err(RecvError::Closed) => break,
-                }
-            }
+        let recorder = Rc::clone(&recorder);
+        Listener::spawn(runtime.events.subscribe(), move |event| match event {
+            Event::ActionDone(done) => recorder.borrow_mut().action(&done),
+            Event::RequestAnswered(_) => {}
         })
     };
     let spec = &runtime.models[0];
@@ -160,12 +152,11 @@ async fn simulate(
     while sender.outstanding.get() > 0 {
         tokio::task::yield_now().await;
     }
-    // Let the listener take the last events, then stop it.
-    tokio::task::yield_now().await;
-    listener.abort();
+    // Every action has been reported by now; the listener takes the events still queued.
+    let lost = listener.finish().await;
     bar.finish_and_clear();
-    if lost.get() > 0 {
-        return Err(SimulateError::EventsLost(lost.get()));
+    if lost > 0 {
+        return Err(SimulateError::EventsLost(lost));
     }
     // Every task that held the recorder is done; take it out whole.
     let empty = Recorder::new(args.params.duration, BUCKETS, TIMELINE);

@@ -7,6 +7,7 @@
 //! controller's events records the actions. The report goes to `--out`.
 
 mod driver;
+mod listener;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -8,8 +8,11 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
-use super::trace::DAY_MINUTES;
 use super::WorkloadError;
+
+/// Minutes in one day file: the format's count columns. It lives here, in the reader of
+/// the format, so that the replay and the writer depend on the reader and not the reverse.
+pub const DAY_MINUTES: u64 = 1440;
 
 /// The id columns before the counts.
 const ID_COLUMNS: [&str; 4] = ["HashOwner", "HashApp", "HashFunction", "Trigger"];

@@ -27,7 +27,8 @@ use std::path::PathBuf;
 use crate::time::{Nanos, MS};
 
 pub use closed::ClosedLoop;
-pub use trace::{trace_files, DAY_MINUTES, TRACE_FILE_PREFIX};
+pub use maf_csv::DAY_MINUTES;
+pub use trace::{trace_files, TRACE_FILE_PREFIX};
 
 /// One request to send: when, to which model (index `0..models`), with which SLO.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

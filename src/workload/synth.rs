@@ -30,7 +30,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, LogNormal, Normal, Poisson};
 
-use super::trace::{self, TraceStream, DAY_MINUTES, TRACE_FILE_PREFIX};
+use super::maf_csv::DAY_MINUTES;
+use super::trace::{self, TraceStream, TRACE_FILE_PREFIX};
 use super::{check, check_models, WorkloadError, WorkloadParams};
 
 /// The most day files written: the real trace has 14 days.
@@ -171,17 +172,7 @@ fn write_day(
             (a.sin(), a.cos())
         })
         .collect();
-    // Bursts of this day, sorted by function so each row gathers its own.
-    let mut bursts: Vec<(usize, usize, usize, f64)> = (0..24)
-        .map(|_| {
-            let f = rng.random_range(0..functions.len());
-            let start = rng.random_range(0..day_minutes);
-            let len = rng.random_range(1..=10);
-            let extra = per_minute * rng.random_range(0.02..0.10);
-            (f, start, len, extra)
-        })
-        .collect();
-    bursts.sort_unstable_by_key(|b| b.0);
+    let bursts = day_bursts(rng, functions.len(), per_minute);
 
     let tmp = path.with_extension(format!("csv.tmp-{}", std::process::id()));
     let io = |cause| WorkloadError::Io {
@@ -212,22 +203,7 @@ fn write_day(
             next_burst += 1;
         }
         line.clear();
-        for id in [&func.owner, &func.app, &func.name] {
-            line.extend_from_slice(id.as_bytes());
-            line.push(b',');
-        }
-        line.extend_from_slice(func.trigger.as_bytes());
-        let (cos_p, sin_p) = func.phase;
-        for (&(sin_a, cos_a), add) in angle.iter().zip(&extra) {
-            let lambda = func.rate * (1.0 + 0.5 * (sin_a * cos_p + cos_a * sin_p)) + add;
-            line.push(b',');
-            // The reader takes counts that fit u32, as the real trace's do.
-            push_number(&mut line, poisson(rng, lambda).min(u64::from(u32::MAX)));
-        }
-        for _ in live..day_minutes {
-            line.extend_from_slice(b",0");
-        }
-        line.push(b'\n');
+        push_row(&mut line, rng, func, &angle, &extra);
         out.write_all(&line).map_err(io)?;
     }
     out.flush().map_err(io)?;
@@ -236,6 +212,53 @@ fn write_day(
         path: path.to_path_buf(),
         cause,
     })
+}
+
+/// The bursts of one day, as (function, start minute, minutes, extra rate), sorted by
+/// function so that each row gathers its own in one pass.
+fn day_bursts(
+    rng: &mut StdRng,
+    functions: usize,
+    per_minute: f64,
+) -> Vec<(usize, usize, usize, f64)> {
+    let mut bursts: Vec<(usize, usize, usize, f64)> = (0..24)
+        .map(|_| {
+            let f = rng.random_range(0..functions);
+            let start = rng.random_range(0..DAY_MINUTES as usize);
+            let len = rng.random_range(1..=10);
+            let extra = per_minute * rng.random_range(0.02..0.10);
+            (f, start, len, extra)
+        })
+        .collect();
+    bursts.sort_unstable_by_key(|b| b.0);
+    bursts
+}
+
+/// Appends one function's row: its id columns, a drawn count for each live minute (one
+/// `angle` per live minute, `extra` the day's burst rates), then 0 for the rest of the day.
+fn push_row(
+    line: &mut Vec<u8>,
+    rng: &mut StdRng,
+    func: &Function,
+    angle: &[(f64, f64)],
+    extra: &[f64],
+) {
+    for id in [&func.owner, &func.app, &func.name] {
+        line.extend_from_slice(id.as_bytes());
+        line.push(b',');
+    }
+    line.extend_from_slice(func.trigger.as_bytes());
+    let (cos_p, sin_p) = func.phase;
+    for (&(sin_a, cos_a), add) in angle.iter().zip(extra) {
+        let lambda = func.rate * (1.0 + 0.5 * (sin_a * cos_p + cos_a * sin_p)) + add;
+        line.push(b',');
+        // The reader takes counts that fit u32, as the real trace's do.
+        push_number(line, poisson(rng, lambda).min(u64::from(u32::MAX)));
+    }
+    for _ in angle.len()..DAY_MINUTES as usize {
+        line.extend_from_slice(b",0");
+    }
+    line.push(b'\n');
 }
 
 /// A Poisson draw of mean `lambda` (0 for a rate too small to matter).

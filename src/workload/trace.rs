@@ -34,15 +34,12 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_distr::Exp1;
 
-use super::maf_csv::for_each_row;
+use super::maf_csv::{for_each_row, DAY_MINUTES};
 use super::{check, check_models, Arrival, ArrivalStream, WorkloadError, WorkloadParams};
 use crate::time::Nanos;
 
 /// Every trace file's name starts with this (then the day number and `.csv`).
 pub const TRACE_FILE_PREFIX: &str = "invocations_per_function_md.anon.d";
-
-/// Minutes in one day file.
-pub const DAY_MINUTES: u64 = 1440;
 
 /// Nanoseconds in a trace minute before compression.
 const MINUTE_NS: f64 = 60e9;
@@ -89,38 +86,9 @@ pub(crate) fn replay(
     let available = files.len() as u64 * DAY_MINUTES;
     // `as` saturates, and the trace's own length caps the window.
     let window = ((params.duration as f64 / minute_ns).ceil() as u64).min(available);
-
-    // Pass 1: totals per function inside the window, for the ranking.
-    let mut totals: HashMap<Vec<u8>, u64> = HashMap::new();
-    for_each_row(files, window, |key, _, counts| {
-        let total = counts.iter().map(|&n| u64::from(n)).sum::<u64>();
-        match totals.get_mut(key) {
-            Some(t) => *t += total,
-            None => {
-                totals.insert(key.to_vec(), total);
-            }
-        }
-    })?;
-    let mut ranked: Vec<(u64, Vec<u8>)> = totals.into_iter().map(|(k, t)| (t, k)).collect();
-    ranked.sort_unstable_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-    let per_model = ranked.len().div_ceil(params.models as usize).max(1);
-    let model_of: HashMap<Vec<u8>, u32> = ranked
-        .into_iter()
-        .enumerate()
-        .map(|(rank, (_, key))| (key, (rank / per_model) as u32))
-        .collect();
-
-    // Pass 2: per-model counts of every window minute.
     let models = params.models as usize;
-    let mut counts = vec![0u32; window as usize * models];
-    for_each_row(files, window, |key, base, row| {
-        // Every key was ranked in pass 1, so the fallback never applies.
-        let model = model_of.get(key).copied().unwrap_or(0) as usize;
-        for (i, &n) in row.iter().enumerate() {
-            let cell = &mut counts[(base + i) * models + model];
-            *cell = cell.saturating_add(n);
-        }
-    })?;
+    let model_of = rank(files, window, models)?;
+    let counts = model_counts(files, window, models, &model_of)?;
 
     // Expected arrivals before `duration` at factor 1: the last minute may be cut short.
     let end = params.duration as f64;
@@ -157,6 +125,52 @@ pub(crate) fn replay(
         labels: Vec::new(),
         spacing: Vec::new(),
     })
+}
+
+/// Pass 1: the model of every function, from its rank by total count inside the window
+/// (busiest first, ties by the hash columns), in contiguous blocks per model.
+fn rank(
+    files: &[PathBuf],
+    window: u64,
+    models: usize,
+) -> Result<HashMap<Vec<u8>, u32>, WorkloadError> {
+    let mut totals: HashMap<Vec<u8>, u64> = HashMap::new();
+    for_each_row(files, window, |key, _, counts| {
+        let total = counts.iter().map(|&n| u64::from(n)).sum::<u64>();
+        match totals.get_mut(key) {
+            Some(t) => *t += total,
+            None => {
+                totals.insert(key.to_vec(), total);
+            }
+        }
+    })?;
+    let mut ranked: Vec<(u64, Vec<u8>)> = totals.into_iter().map(|(k, t)| (t, k)).collect();
+    ranked.sort_unstable_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let per_model = ranked.len().div_ceil(models).max(1);
+    Ok(ranked
+        .into_iter()
+        .enumerate()
+        .map(|(rank, (_, key))| (key, (rank / per_model) as u32))
+        .collect())
+}
+
+/// Pass 2: per-model counts of every window minute, minute-major.
+fn model_counts(
+    files: &[PathBuf],
+    window: u64,
+    models: usize,
+    model_of: &HashMap<Vec<u8>, u32>,
+) -> Result<Vec<u32>, WorkloadError> {
+    let mut counts = vec![0u32; window as usize * models];
+    for_each_row(files, window, |key, base, row| {
+        // Every key was ranked in pass 1, so the fallback never applies.
+        let model = model_of.get(key).copied().unwrap_or(0) as usize;
+        for (i, &n) in row.iter().enumerate() {
+            let cell = &mut counts[(base + i) * models + model];
+            *cell = cell.saturating_add(n);
+        }
+    })?;
+    Ok(counts)
 }
 
 /// The replay stream (see the module docs).

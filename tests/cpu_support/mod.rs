@@ -128,7 +128,8 @@ pub fn tract_direct(
     outputs.into_iter().map(|v| v.into_arc_tensor()).collect()
 }
 
-/// Element-wise `|got - want| <= atol + rtol * |want|` over f32 data.
+/// Element-wise `|got - want| <= atol + rtol * |want|` over f32 data; a NaN on either
+/// side fails (it compares false with everything, so it is never within tolerance).
 pub fn assert_close(what: &str, got: &Tensor, want: &Tensor, rtol: f32, atol: f32) {
     assert_eq!(got.datatype, want.datatype, "{what}: datatype");
     assert_eq!(got.elements(), want.elements(), "{what}: elements");
@@ -137,17 +138,25 @@ pub fn assert_close(what: &str, got: &Tensor, want: &Tensor, rtol: f32, atol: f3
         return;
     }
     let (got, want) = (got.to_f32().unwrap(), want.to_f32().unwrap());
-    let worst = got
-        .iter()
-        .zip(&want)
-        .map(|(g, w)| (g - w).abs() - rtol * w.abs())
-        .fold(f32::MIN, f32::max);
-    assert!(
-        worst <= atol,
-        "{what}: outputs differ by {worst} beyond tolerance (first values {:?} vs {:?})",
-        &got[..got.len().min(4)],
-        &want[..want.len().min(4)]
-    );
+    if let Some(i) = first_mismatch(&got, &want, rtol, atol) {
+        panic!(
+            "{what}: element {i} is {} where {} was wanted, beyond tolerance (first values \
+             {:?} vs {:?})",
+            got[i],
+            want[i],
+            &got[..got.len().min(4)],
+            &want[..want.len().min(4)]
+        );
+    }
+}
+
+/// The first index where `got` is not within tolerance of `want`. Written as "not within"
+/// so that NaN, for which every comparison is false, counts as a mismatch.
+fn first_mismatch(got: &[f32], want: &[f32], rtol: f32, atol: f32) -> Option<usize> {
+    got.iter().zip(want).position(|(g, w)| {
+        let within = (g - w).abs() <= atol + rtol * w.abs();
+        !within
+    })
 }
 
 /// Deterministic pseudo-random f32 values in [-1, 1).
@@ -163,4 +172,42 @@ pub fn values(count: usize, seed: u64) -> Vec<f32> {
             ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nan_on_either_side_is_a_mismatch() {
+        let close = [1.0, 2.0, 3.0];
+        assert_eq!(
+            first_mismatch(&close, &[1.0, 2.0, 3.000001], 1e-4, 1e-5),
+            None
+        );
+        assert_eq!(
+            first_mismatch(&close, &[1.0, 2.5, 3.0], 1e-4, 1e-5),
+            Some(1)
+        );
+        assert_eq!(
+            first_mismatch(&[1.0, f32::NAN, 3.0], &close, 1e-4, 1e-5),
+            Some(1)
+        );
+        assert_eq!(
+            first_mismatch(&close, &[1.0, 2.0, f32::NAN], 1e-4, 1e-5),
+            Some(2)
+        );
+        assert_eq!(
+            first_mismatch(&[f32::NAN], &[f32::NAN], 1e-4, 1e-5),
+            Some(0)
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "element 0 is NaN")]
+    fn assert_close_fails_on_nan() {
+        let want = Tensor::from_f32("y", vec![2], &[0.5, 1.0]);
+        let got = Tensor::from_f32("y", vec![2], &[f32::NAN, 1.0]);
+        assert_close("nan", &got, &want, 1e-4, 1e-5);
+    }
 }

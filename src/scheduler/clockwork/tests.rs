@@ -108,28 +108,82 @@ fn a_queue_forms_the_largest_batch_it_can_fill() {
     assert!(plan.actions.iter().all(|a| a.latest >= a.earliest));
 }
 
+/// Runs the plan's actions one after another on one lane, from `free` (each from its
+/// `earliest` at the soonest, for its expected duration), reports each at its end, and
+/// returns the reports' plan and when the lane is free again.
+fn complete_in_order(policy: &mut ClockworkPolicy, plan: &Plan, mut free: Nanos) -> (Plan, Nanos) {
+    let mut next = Plan::default();
+    for action in &plan.actions {
+        let begin = free.max(action.earliest);
+        free = begin + action.expected_duration;
+        let measured = Measured {
+            begin,
+            end: free,
+            duration: action.expected_duration,
+        };
+        let outcome = Outcome {
+            action: action.id,
+            result: Ok(measured),
+        };
+        policy.observe(outcome, free, &mut next);
+    }
+    (next, free)
+}
+
 #[test]
 fn a_request_that_cannot_finish_is_refused_when_its_turn_comes() {
     let mut policy = policy(1, 100, 1);
     let now = warm(&mut policy);
     let mut plan = Plan::default();
     // 10 ms objective: the internal deadline (objective less the buffer, at least
-    // schedule-ahead plus buffer) is 10 ms; 8 batch-1 slots of 2.73 ms do not fit.
+    // schedule-ahead plus buffer) is 10 ms. A batch of 4 (5.88 ms) then one of 1 (2.73 ms)
+    // end at 8.61 ms; when the lane reaches the other three, even one more (2.73 ms) would
+    // end past 10 ms, so they are refused then, not run late or left to time out.
     for id in 0..8 {
         policy.admit(request(id, 0, now, 10 * MS), now, &mut plan);
     }
     policy.schedule(now, &mut plan);
-    let mut t = now;
-    let mut rounds = 0;
-    while policy.queued > 0 && rounds < 100 {
-        let reports = complete_all(&mut policy, &plan, t);
+    let (mut t, mut answers) = (now, Vec::new());
+    for _ in 0..100 {
+        answers.append(&mut plan.answers);
+        if plan.actions.is_empty() && policy.queued == 0 {
+            break;
+        }
+        let (mut reports, free) = complete_in_order(&mut policy, &plan, t);
+        answers.append(&mut reports.answers);
+        // With nothing in flight, time moves on by a millisecond (for expiries).
+        t = if plan.actions.is_empty() {
+            t + MS
+        } else {
+            free
+        };
         plan.clear();
-        plan.answers.extend(reports.answers);
-        t += MS;
         policy.schedule(t, &mut plan);
-        rounds += 1;
     }
-    assert_eq!(policy.queued, 0);
+    answers.sort_by_key(|a| a.request);
+    let verdicts: Vec<(u64, Verdict)> = answers
+        .into_iter()
+        .map(|a| (a.request.0, a.verdict))
+        .collect();
+    let done = |action| Verdict::Completed {
+        action: ActionId(action),
+        late: false,
+    };
+    let refused = Verdict::Refused(Refusal::DeadlineUnreachable);
+    let first = done(3); // warm() used actions 1 and 2
+    assert_eq!(
+        verdicts,
+        [
+            (0, first.clone()),
+            (1, first.clone()),
+            (2, first.clone()),
+            (3, first),
+            (4, done(4)),
+            (5, refused.clone()),
+            (6, refused.clone()),
+            (7, refused),
+        ]
+    );
 }
 
 #[test]
