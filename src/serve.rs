@@ -16,6 +16,9 @@ use crate::time::Clock;
 
 /// Serves until a termination signal, then shuts down cleanly.
 pub async fn run(config: Config) -> anyhow::Result<()> {
+    // Watch the signals before anything else: a SIGTERM that comes while models are
+    // being profiled or the port bound is then a clean shutdown, not a default kill.
+    let termination = Termination::watch()?;
     let clock = Clock::start();
     let runtime = RuntimeBuilder::from_config(clock, &config)?
         .placement(Placement::Threads)
@@ -35,7 +38,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let server = server.run();
     let handle = server.handle();
     let serving = actix_web::rt::spawn(server);
-    let signal = termination().await?;
+    let signal = termination.wait().await;
     tracing::info!(signal, "shutting down: answering requests in flight");
     // Stop admitting first, so nothing new slips in while connections wind down.
     runtime.controller.send(Drain).await.ok();
@@ -46,22 +49,42 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Waits for SIGINT or SIGTERM and names it.
-async fn termination() -> anyhow::Result<&'static str> {
+/// SIGINT and SIGTERM, watched from the moment it is made.
+struct Termination {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => Ok("SIGINT"),
-            _ = term.recv() => Ok("SIGTERM"),
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+}
+
+impl Termination {
+    fn watch() -> anyhow::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Self {
+                term: signal(SignalKind::terminate()).context("cannot watch SIGTERM")?,
+                int: signal(SignalKind::interrupt()).context("cannot watch SIGINT")?,
+            })
         }
+        #[cfg(not(unix))]
+        Ok(Self {})
     }
-    #[cfg(not(unix))]
-    {
-        tokio::signal::ctrl_c()
-            .await
-            .context("cannot watch Ctrl-C")?;
-        Ok("Ctrl-C")
+
+    /// Waits for the first of them and names it.
+    async fn wait(mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.int.recv() => "SIGINT",
+                _ = self.term.recv() => "SIGTERM",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            // Without Unix signals only Ctrl-C can be watched; an error means none can.
+            let _ = tokio::signal::ctrl_c().await;
+            "Ctrl-C"
+        }
     }
 }
