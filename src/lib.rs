@@ -8,6 +8,7 @@ pub mod events;
 pub mod gpu;
 pub mod loadgen;
 pub mod model;
+pub mod protocol;
 pub mod report;
 pub mod repository;
 pub mod scheduler;
