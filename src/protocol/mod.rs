@@ -12,8 +12,12 @@
 //! the controller's clock, in [`Nanos`] since its epoch. An executor on another machine
 //! translates its own readings before it reports them.
 //!
+//! [`core`] holds the rules every executor follows (lanes, `earliest`/`latest`, pages,
+//! residency) as pure code, driven by the executor actor and the scheduler's testbed.
+//!
 //! This is a ground module: it uses only `model`, `tensor` and `time`.
 
+pub mod core;
 mod wire;
 
 #[cfg(test)]
