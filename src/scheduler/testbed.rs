@@ -20,6 +20,11 @@ use crate::model::ModelProfile;
 use crate::protocol::core::{ExecutorCore, Lane, Step};
 use crate::time::Nanos;
 
+/// Rounds at one instant after which the testbed calls the run a livelock: the policy
+/// keeps planning work that is refused at once and never lets time pass. A healthy run
+/// takes a handful of rounds per instant (an action started, a refusal observed).
+const STALL_LIMIT: u32 = 10_000;
+
 /// One emulated device.
 #[derive(Debug)]
 struct Device {
@@ -116,6 +121,7 @@ impl<P: Policy> Testbed<P> {
     /// Feeds the arrivals (sorted by arrival) and runs until everything is answered.
     pub fn run(&mut self, arrivals: impl IntoIterator<Item = Request>) -> Report {
         let mut arrivals = arrivals.into_iter().peekable();
+        let mut stalled = 0;
         loop {
             let next_arrival = arrivals.peek().map(|r| r.arrival);
             let next_event = self.events.peek().map(|Reverse((t, _, _))| *t);
@@ -127,6 +133,12 @@ impl<P: Policy> Testbed<P> {
                 && next_event.is_none()
                 && self.report.admitted == self.answered.len()
             {
+                break;
+            }
+            stalled = if t <= self.now { stalled + 1 } else { 0 };
+            if stalled > STALL_LIMIT {
+                let now = self.now;
+                self.violation(format!("livelock: no progress past {now} ns"));
                 break;
             }
             self.now = self.now.max(t);
