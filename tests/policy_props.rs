@@ -110,7 +110,12 @@ fn answered(report: &Report) -> usize {
 /// over capacity themselves; a LOAD that would is refused and counted here.)
 fn memory_mirrored(report: &Report) -> Result<(), TestCaseError> {
     let refused = (report.loads_without_pages, report.duplicate_loads);
-    prop_assert_eq!(refused, (0, 0), "LOADs refused (no pages, duplicate): {:?}", report);
+    prop_assert_eq!(
+        refused,
+        (0, 0),
+        "LOADs refused (no pages, duplicate): {:?}",
+        report
+    );
     Ok(())
 }
 

@@ -193,7 +193,11 @@ impl<T: Queued> ExecutorCore<T> {
     /// succeeded makes its weights usable; one that failed gives its pages back.
     pub fn finish(&mut self, action: &Action, succeeded: bool) {
         let i = Lane::of(&action.kind).index();
-        debug_assert_eq!(self.running[i], Some(action.id), "finish of an action not running");
+        debug_assert_eq!(
+            self.running[i],
+            Some(action.id),
+            "finish of an action not running"
+        );
         self.running[i] = None;
         if !matches!(action.kind, ActionKind::Load) {
             return;

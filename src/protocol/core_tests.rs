@@ -52,8 +52,16 @@ fn lanes_release_in_earliest_order_and_never_before() {
     core.submit(infer(3, 20, Nanos::MAX));
     assert_eq!(core.next(Lane::Exec, 10), Step::WaitUntil(20));
     let first = started(core.next(Lane::Exec, 20));
-    assert_eq!(first.id, ActionId(3), "earliest first, not submission order");
-    assert_eq!(core.next(Lane::Exec, 60), Step::Idle, "one action at a time");
+    assert_eq!(
+        first.id,
+        ActionId(3),
+        "earliest first, not submission order"
+    );
+    assert_eq!(
+        core.next(Lane::Exec, 60),
+        Step::Idle,
+        "one action at a time"
+    );
     assert!(core.busy(Lane::Exec));
     core.finish(&first, true);
     assert_eq!(core.next(Lane::Exec, 30), Step::WaitUntil(50));
@@ -101,7 +109,10 @@ fn infer_needs_a_finished_load() {
     core.reserve(MODEL, 3).unwrap();
     core.submit(infer(3, 0, Nanos::MAX));
     assert!(
-        matches!(core.next(Lane::Exec, 0), Step::Refuse(_, ActionError::NotResident)),
+        matches!(
+            core.next(Lane::Exec, 0),
+            Step::Refuse(_, ActionError::NotResident)
+        ),
         "weights still loading"
     );
     core.finish(&load, true);
@@ -119,7 +130,10 @@ fn pages_are_reserved_refused_and_freed() {
     assert_eq!(core.reserve(ModelId(1), 3), Err(ActionError::NoFreePages));
     core.finish(&load, false);
     assert_eq!(core.pages_used(), 3, "a refused load holds nothing");
-    assert_eq!(core.reserve(ModelId(9), u32::MAX), Err(ActionError::NoFreePages));
+    assert_eq!(
+        core.reserve(ModelId(9), u32::MAX),
+        Err(ActionError::NoFreePages)
+    );
     core.submit(action(3, ActionKind::Unload, 0, Nanos::MAX));
     let unload = started(core.next(Lane::Load, 0));
     assert_eq!(core.pages_used(), 3, "the unload was of a model not held");
@@ -129,7 +143,11 @@ fn pages_are_reserved_refused_and_freed() {
         ..action(4, ActionKind::Unload, 0, Nanos::MAX)
     });
     let unload = started(core.next(Lane::Load, 0));
-    assert_eq!(core.pages_used(), 0, "an unload frees its pages as it starts");
+    assert_eq!(
+        core.pages_used(),
+        0,
+        "an unload frees its pages as it starts"
+    );
     core.finish(&unload, true);
     loaded(&mut core, 5, ModelId(1), 5);
     assert_eq!((core.pages_used(), core.pages()), (5, 5));

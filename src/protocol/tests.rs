@@ -18,13 +18,11 @@ fn datatype() -> impl Strategy<Value = DataType> {
 fn tensor() -> impl Strategy<Value = Tensor> {
     let shape = prop::collection::vec(0usize..5_000_000, 0..4);
     let data = prop::collection::vec(any::<u8>(), 0..64);
-    ("[a-z_0-9]{0,12}", datatype(), shape, data).prop_map(|(name, datatype, shape, data)| {
-        Tensor {
-            name,
-            datatype,
-            shape,
-            data: data.into(),
-        }
+    ("[a-z_0-9]{0,12}", datatype(), shape, data).prop_map(|(name, datatype, shape, data)| Tensor {
+        name,
+        datatype,
+        shape,
+        data: data.into(),
     })
 }
 
@@ -44,8 +42,8 @@ fn kind() -> impl Strategy<Value = ActionKind> {
 fn action() -> impl Strategy<Value = Action> {
     let ids = (any::<u64>(), any::<u32>(), any::<u32>());
     let times = (any::<u64>(), any::<u64>(), any::<u64>());
-    (ids, times, kind()).prop_map(|((id, device, model), (earliest, latest, expected), kind)| {
-        Action {
+    (ids, times, kind()).prop_map(
+        |((id, device, model), (earliest, latest, expected), kind)| Action {
             id: ActionId(id),
             device: DeviceId(device),
             model: ModelId(model),
@@ -53,8 +51,8 @@ fn action() -> impl Strategy<Value = Action> {
             latest,
             expected_duration: expected,
             kind,
-        }
-    })
+        },
+    )
 }
 
 fn error() -> impl Strategy<Value = ActionError> {
@@ -68,21 +66,25 @@ fn error() -> impl Strategy<Value = ActionError> {
 }
 
 fn result() -> impl Strategy<Value = Result<Measured, ActionError>> {
-    let measured = (any::<u64>(), any::<u64>(), any::<u64>())
-        .prop_map(|(begin, end, duration)| Measured { begin, end, duration });
+    let measured =
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(begin, end, duration)| Measured {
+            begin,
+            end,
+            duration,
+        });
     prop_oneof![measured.prop_map(Ok), error().prop_map(Err)]
 }
 
 fn report() -> impl Strategy<Value = ActionReport> {
     let outputs = prop::option::of(items());
-    (any::<u64>(), any::<u32>(), result(), outputs).prop_map(
-        |(action, device, result, outputs)| ActionReport {
+    (any::<u64>(), any::<u32>(), result(), outputs).prop_map(|(action, device, result, outputs)| {
+        ActionReport {
             action: ActionId(action),
             device: DeviceId(device),
             result,
             outputs,
-        },
-    )
+        }
+    })
 }
 
 fn execute() -> impl Strategy<Value = Execute> {
