@@ -9,6 +9,7 @@ pub mod gpu;
 pub mod loadgen;
 pub mod model;
 pub mod outcome;
+pub mod protocol;
 pub mod report;
 pub mod repository;
 pub mod scheduler;

@@ -209,6 +209,24 @@ fn pages_are_never_over_capacity() {
 }
 
 #[test]
+fn a_second_load_of_resident_weights_is_refused() {
+    virtual_system().unwrap().block_on(async {
+        let mut rig = rig(100);
+        let load = rig.send(RESNET, ActionKind::Load, 0, u64::MAX);
+        rig.measured(load).await;
+        let again = rig.send(RESNET, ActionKind::Load, 0, u64::MAX);
+        let report = rig.next().await;
+        assert_eq!(
+            (report.action, report.result),
+            (again, Err(ActionError::AlreadyResident))
+        );
+        let snapshot = rig.executor.send(SnapshotExecutor).await.unwrap();
+        assert_eq!(snapshot.pages_used, 7, "the weights are counted once");
+        assert_eq!(snapshot.resident, vec![RESNET], "and are still usable");
+    });
+}
+
+#[test]
 fn infer_on_weights_that_are_not_resident_fails() {
     virtual_system().unwrap().block_on(async {
         let mut rig = rig(100);

@@ -1,15 +1,14 @@
 //! The executor actor: one per device.
 //!
-//! It keeps two lanes, exec (INFER) and load (LOAD, UNLOAD), each an ordered queue of
-//! actions released at their `earliest` time and run one at a time, so a weight transfer
-//! overlaps an execution. An action that cannot start by its `latest` is refused without
-//! doing anything. Weight memory is a table of fixed-size pages: LOAD without enough free
-//! pages fails, INFER on weights that are not resident fails, and nothing is ever evicted
-//! except by an UNLOAD from the controller. Every report carries what was measured.
+//! It drives the executor core (`crate::protocol::core`), which holds the rules: two lanes,
+//! exec (INFER) and load (LOAD, UNLOAD), each released in `earliest` order and running one
+//! action at a time, so a weight transfer overlaps an execution; refusal of what cannot
+//! start by its `latest`; weight pages; residency. The actor reads the clock, arms a timer
+//! for a lane's next `earliest`, fetches the model's artifact for a LOAD, runs the work on
+//! the backend and reports every action, with what was measured, to the controller.
 //!
 //! The executor holds no policy: it does exactly what it is told, when it is told.
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use actix::prelude::*;
@@ -18,34 +17,17 @@ use super::messages::{ActionReport, Execute, ExecutorSnapshot, FetchArtifact, Sn
 use crate::gpu::{
     Backend, BackendFuture, BackendInfo, BatchOutputs, Executed, InferJob, ModelArtifact,
 };
-use crate::model::{ActionId, DeviceId, ModelId};
+use crate::model::DeviceId;
+use crate::protocol::core::{ExecutorCore, Lane, Step};
 use crate::scheduler::{Action, ActionError, ActionKind, Measured};
 use crate::time::{Clock, Nanos};
 
-const EXEC: usize = 0;
-const LOAD: usize = 1;
-
 /// Where an executor sends reports and fetches artifacts.
 pub struct ExecutorLinks {
+    /// The controller, which gets one report per action.
     pub reports: Recipient<ActionReport>,
+    /// The model cache, which holds what a LOAD copies to the device.
     pub artifacts: Recipient<FetchArtifact>,
-}
-
-/// Weights resident on the device.
-#[derive(Clone, Copy, Debug)]
-struct Weights {
-    pages: u32,
-    /// The LOAD finished: INFER may use them.
-    ready: bool,
-}
-
-/// One lane: waiting actions by (earliest, id), and what it is doing.
-#[derive(Default)]
-struct Lane {
-    waiting: BTreeMap<(Nanos, ActionId), Execute>,
-    busy: bool,
-    /// Timer armed for the head's `earliest`: (when, handle).
-    timer: Option<(Nanos, SpawnHandle)>,
 }
 
 /// The actor driving one device.
@@ -56,9 +38,9 @@ pub struct Executor {
     info: BackendInfo,
     page_bytes: u64,
     links: ExecutorLinks,
-    lanes: [Lane; 2],
-    weights: HashMap<ModelId, Weights>,
-    pages_used: u32,
+    core: ExecutorCore<Execute>,
+    /// Per lane: the timer armed for the head's `earliest`, (when, handle).
+    timers: [Option<(Nanos, SpawnHandle)>; 2],
     completed: u64,
     refused_late: u64,
 }
@@ -75,79 +57,65 @@ impl Executor {
         Self {
             device,
             clock,
+            core: ExecutorCore::new(info.pages),
             backend,
             info,
             page_bytes,
             links,
-            lanes: [Lane::default(), Lane::default()],
-            weights: HashMap::new(),
-            pages_used: 0,
+            timers: [None, None],
             completed: 0,
             refused_late: 0,
         }
     }
 
-    /// Starts the head of the lane if it is due, or arms a timer for when it will be.
-    fn pump(&mut self, lane: usize, ctx: &mut Context<Self>) {
-        while !self.lanes[lane].busy {
-            let Some((&(earliest, id), _)) = self.lanes[lane].waiting.first_key_value() else {
-                return;
-            };
+    /// Starts or refuses what the lane has due, or arms a timer for when it will be.
+    fn pump(&mut self, lane: Lane, ctx: &mut Context<Self>) {
+        loop {
             let now = self.clock.now();
-            if earliest > now {
-                self.arm(lane, earliest, ctx);
-                return;
+            match self.core.next(lane, now) {
+                Step::Idle => return,
+                Step::WaitUntil(at) => return self.arm(lane, at, ctx),
+                Step::Refuse(execute, error) => {
+                    self.refused_late += u64::from(error == ActionError::TooLate);
+                    self.report(&execute.action, Err(error), None);
+                }
+                Step::Start(execute) => self.start(execute, now, ctx),
             }
-            let Some(execute) = self.lanes[lane].waiting.remove(&(earliest, id)) else {
-                return;
-            };
-            if now > execute.action.latest {
-                self.refused_late += 1;
-                self.report(&execute.action, Err(ActionError::TooLate), None);
-                continue;
-            }
-            self.start(lane, execute, now, ctx);
         }
     }
 
-    fn arm(&mut self, lane: usize, at: Nanos, ctx: &mut Context<Self>) {
-        if let Some((armed, handle)) = self.lanes[lane].timer {
+    fn arm(&mut self, lane: Lane, at: Nanos, ctx: &mut Context<Self>) {
+        let timer = &mut self.timers[lane.index()];
+        if let Some((armed, handle)) = *timer {
             if armed <= at {
                 return;
             }
             ctx.cancel_future(handle);
         }
         let handle = ctx.run_later(self.clock.until(at), move |act, ctx| {
-            act.lanes[lane].timer = None;
+            act.timers[lane.index()] = None;
             act.pump(lane, ctx);
         });
-        self.lanes[lane].timer = Some((at, handle));
+        *timer = Some((at, handle));
     }
 
-    fn start(&mut self, lane: usize, execute: Execute, begin: Nanos, ctx: &mut Context<Self>) {
+    /// Runs an action the core started.
+    fn start(&mut self, execute: Execute, begin: Nanos, ctx: &mut Context<Self>) {
         let action = execute.action;
         match &action.kind {
             ActionKind::Infer { .. } => {
-                if !self.weights.get(&action.model).is_some_and(|w| w.ready) {
-                    self.report(&action, Err(ActionError::NotResident), None);
-                    return;
-                }
                 let job = InferJob {
                     model: action.model,
                     inputs: execute.inputs,
                 };
                 let work = self.backend.infer(job);
-                self.run(lane, action, begin, with_outputs(work), ctx);
+                self.run(action, begin, with_outputs(work), ctx);
             }
             ActionKind::Unload => {
-                if let Some(w) = self.weights.remove(&action.model) {
-                    self.pages_used -= w.pages;
-                }
                 let work = self.backend.unload(action.model);
-                self.run(lane, action, begin, without_outputs(work), ctx);
+                self.run(action, begin, without_outputs(work), ctx);
             }
             ActionKind::Load => {
-                self.lanes[lane].busy = true;
                 let fetch = self.links.artifacts.send(FetchArtifact(action.model));
                 let fetched = fetch.into_actor(self).map(move |artifact, act, ctx| {
                     act.load_fetched(action, begin, artifact.ok().flatten(), ctx);
@@ -157,7 +125,7 @@ impl Executor {
         }
     }
 
-    /// Second half of a LOAD, once the model cache answered.
+    /// Second half of a LOAD, once the model cache answered: reserve the pages and copy.
     fn load_fetched(
         &mut self,
         action: Action,
@@ -165,50 +133,28 @@ impl Executor {
         artifact: Option<Arc<ModelArtifact>>,
         ctx: &mut Context<Self>,
     ) {
-        let checked = match artifact {
-            None => Err(ActionError::Device(format!(
-                "model {:?} is not registered",
-                action.model
-            ))),
-            Some(_) if self.weights.contains_key(&action.model) => {
-                Err(ActionError::Device("model is already resident".into()))
-            }
-            Some(artifact) => {
-                let pages = artifact.spec.profile.pages(self.page_bytes);
-                if self.pages_used + pages > self.info.pages {
-                    Err(ActionError::NoFreePages)
-                } else {
-                    Ok((artifact, pages))
-                }
-            }
+        let Some(artifact) = artifact else {
+            let error = ActionError::Device(format!("model {:?} is not registered", action.model));
+            return self.finish(&action, Err(error), None, ctx);
         };
-        match checked {
-            Ok((artifact, pages)) => {
-                self.pages_used += pages;
-                self.weights.insert(
-                    action.model,
-                    Weights {
-                        pages,
-                        ready: false,
-                    },
-                );
+        let pages = artifact.spec.profile.pages(self.page_bytes);
+        match self.core.reserve(action.model, pages) {
+            Ok(()) => {
                 let work = self.backend.load(artifact);
-                self.run(LOAD, action, begin, without_outputs(work), ctx);
+                self.run(action, begin, without_outputs(work), ctx);
             }
-            Err(error) => self.finish(LOAD, &action, Err(error), None, ctx),
+            Err(error) => self.finish(&action, Err(error), None, ctx),
         }
     }
 
-    /// Runs backend work on the lane and finishes the action when it is done.
+    /// Runs backend work and finishes the action when it is done.
     fn run(
         &mut self,
-        lane: usize,
         action: Action,
         begin: Nanos,
         work: BackendFuture<Executed<Option<BatchOutputs>>>,
         ctx: &mut Context<Self>,
     ) {
-        self.lanes[lane].busy = true;
         let done = work.into_actor(self).map(move |result, act, ctx| {
             let end = act.clock.now();
             let (measured, outputs) = match result {
@@ -225,37 +171,22 @@ impl Executor {
                 }
                 Err(error) => (Err(ActionError::Device(error.to_string())), None),
             };
-            act.finish(lane, &action, measured, outputs, ctx);
+            act.finish(&action, measured, outputs, ctx);
         });
         ctx.spawn(done);
     }
 
     fn finish(
         &mut self,
-        lane: usize,
         action: &Action,
         result: Result<Measured, ActionError>,
         outputs: Option<BatchOutputs>,
         ctx: &mut Context<Self>,
     ) {
-        if matches!(action.kind, ActionKind::Load) {
-            match result {
-                Ok(_) => {
-                    if let Some(w) = self.weights.get_mut(&action.model) {
-                        w.ready = true;
-                    }
-                }
-                Err(_) => {
-                    if let Some(w) = self.weights.remove(&action.model) {
-                        self.pages_used -= w.pages;
-                    }
-                }
-            }
-        }
+        self.core.finish(action, result.is_ok());
         self.completed += u64::from(result.is_ok());
         self.report(action, result, outputs);
-        self.lanes[lane].busy = false;
-        self.pump(lane, ctx);
+        self.pump(Lane::of(&action.kind), ctx);
     }
 
     fn report(
@@ -308,13 +239,7 @@ impl Handler<Execute> for Executor {
     type Result = ();
 
     fn handle(&mut self, execute: Execute, ctx: &mut Context<Self>) {
-        let lane = if execute.action.kind.is_load_lane() {
-            LOAD
-        } else {
-            EXEC
-        };
-        let key = (execute.action.earliest, execute.action.id);
-        self.lanes[lane].waiting.insert(key, execute);
+        let lane = self.core.submit(execute);
         self.pump(lane, ctx);
     }
 }
@@ -323,24 +248,14 @@ impl Handler<SnapshotExecutor> for Executor {
     type Result = MessageResult<SnapshotExecutor>;
 
     fn handle(&mut self, _: SnapshotExecutor, _: &mut Context<Self>) -> Self::Result {
-        let mut resident: Vec<ModelId> = self
-            .weights
-            .iter()
-            .filter(|(_, w)| w.ready)
-            .map(|(&m, _)| m)
-            .collect();
-        resident.sort_unstable();
         MessageResult(ExecutorSnapshot {
             device: self.device,
             kind: self.info.kind.clone(),
-            pages: self.info.pages,
-            pages_used: self.pages_used,
-            resident,
-            waiting: [
-                self.lanes[EXEC].waiting.len(),
-                self.lanes[LOAD].waiting.len(),
-            ],
-            busy: [self.lanes[EXEC].busy, self.lanes[LOAD].busy],
+            pages: self.core.pages(),
+            pages_used: self.core.pages_used(),
+            resident: self.core.resident().collect(),
+            waiting: Lane::ALL.map(|lane| self.core.waiting(lane)),
+            busy: Lane::ALL.map(|lane| self.core.busy(lane)),
             completed: self.completed,
             refused_late: self.refused_late,
         })

@@ -13,10 +13,10 @@ use serde::Serialize;
 
 use super::eligibility::IneligibleModel;
 use crate::config::BackendKind;
-use crate::gpu::{BatchOutputs, ModelArtifact};
-use crate::model::{ActionId, DeviceId, ModelId, ModelSpec, RequestId};
+use crate::gpu::ModelArtifact;
+use crate::model::{DeviceId, ModelId, ModelSpec, RequestId};
 use crate::outcome::Outcome;
-use crate::scheduler::{Action, ActionError, Measured, PolicySnapshot, Refusal};
+use crate::scheduler::{ActionError, Measured, PolicySnapshot, Refusal};
 use crate::tensor::Tensor;
 use crate::time::Nanos;
 
@@ -104,23 +104,17 @@ impl InferError {
     }
 }
 
-/// An action for an executor, with the inputs of an INFER's requests in batch order.
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-pub struct Execute {
-    pub action: Action,
-    pub inputs: Vec<Arc<Vec<Tensor>>>,
+/// The executor protocol's messages are the actor messages: one definition, in
+/// `crate::protocol`, for the actors in process and for a remote executor on the wire.
+pub use crate::protocol::{ActionReport, Execute};
+
+/// An executor answers nothing to an [`Execute`]; it later sends an [`ActionReport`].
+impl Message for Execute {
+    type Result = ();
 }
 
-/// An executor's report of an action.
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-pub struct ActionReport {
-    pub action: ActionId,
-    pub device: DeviceId,
-    pub result: Result<Measured, ActionError>,
-    /// Outputs of an INFER that ran.
-    pub outputs: Option<BatchOutputs>,
+impl Message for ActionReport {
+    type Result = ();
 }
 
 /// Asks the model cache for what a LOAD needs.

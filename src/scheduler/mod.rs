@@ -20,6 +20,9 @@ pub use clockwork::ClockworkPolicy;
 pub use estimate::Estimator;
 pub use reactive::ReactivePolicy;
 
+/// The executor protocol's types, where the policy has always named them.
+pub use crate::protocol::{Action, ActionError, ActionKind, Measured};
+
 use serde::{Deserialize, Serialize};
 
 use crate::config::{PolicyConfig, PolicyName};
@@ -43,74 +46,6 @@ impl Request {
     pub fn deadline(&self) -> Nanos {
         self.arrival.saturating_add(self.slo)
     }
-}
-
-/// What an executor is asked to do.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ActionKind {
-    /// Copy the model's weights into device pages.
-    Load,
-    /// Free the model's pages.
-    Unload,
-    /// Execute one batch; `requests.len()` is the batch size.
-    Infer { requests: Vec<RequestId> },
-}
-
-impl ActionKind {
-    /// Short name for logs and metrics.
-    pub fn name(&self) -> &'static str {
-        match self {
-            ActionKind::Load => "load",
-            ActionKind::Unload => "unload",
-            ActionKind::Infer { .. } => "infer",
-        }
-    }
-
-    /// Whether the action runs on the load lane (else the exec lane).
-    pub fn is_load_lane(&self) -> bool {
-        !matches!(self, ActionKind::Infer { .. })
-    }
-}
-
-/// One planned action for one device.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Action {
-    pub id: ActionId,
-    pub device: DeviceId,
-    pub model: ModelId,
-    /// Never start before this.
-    pub earliest: Nanos,
-    /// If it cannot start by this, refuse it and do nothing.
-    pub latest: Nanos,
-    /// The duration the controller planned with.
-    pub expected_duration: Nanos,
-    pub kind: ActionKind,
-}
-
-/// What an executor measured of an action that ran.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Measured {
-    pub begin: Nanos,
-    pub end: Nanos,
-    /// Duration of the work itself (device-timed where the backend can).
-    pub duration: Nanos,
-}
-
-/// Why an executor did not complete an action.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
-pub enum ActionError {
-    #[error("could not start before its latest start time")]
-    TooLate,
-    #[error("model weights are not resident on the device")]
-    NotResident,
-    #[error("not enough free pages on the device")]
-    NoFreePages,
-    #[error("device failed: {0}")]
-    Device(String),
-    /// The controller's watchdog gave up on it: no report came by its deadline (see
-    /// `actors::watchdog`). Nothing is known of what the device did.
-    #[error("no report from the device in time (the device is suspect)")]
-    Overdue,
 }
 
 /// The report of one action, as the policy needs it.

@@ -1,10 +1,12 @@
 //! A discrete-event stand-in for executors, for exercising a policy without actors.
 //!
-//! Devices here follow the executor contract (lanes in `earliest` order, refusal after
-//! `latest`, residency and page checks) with durations taken from the models' profiles
-//! times a factor, so a test can give the policy exact or wrong estimates. The testbed
-//! checks the policy's promises as it goes and reports what it saw. Property tests and the
-//! policy benchmark run on it; the real actors have their own tests.
+//! Each device is the executor core (`crate::protocol::core`, the same rules the executor
+//! actor follows) with durations taken from the models' profiles times a factor, so a test
+//! can give the policy exact or wrong estimates. The testbed checks the policy's promises
+//! as it goes and reports what it saw, including the LOADs a device had to refuse (for
+//! want of pages, or of weights already there) that a policy mirroring the devices right
+//! never sends. Property tests and the policy benchmark run on it; the real actors have
+//! their own tests.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -12,32 +14,30 @@ use std::collections::{BTreeMap, BinaryHeap};
 use super::ids::IdMap;
 
 use super::{Action, ActionError, ActionKind, Measured, Outcome, Plan, Policy, Request, Verdict};
-use crate::model::{ActionId, ModelId, ModelProfile};
+use crate::model::ModelProfile;
+use crate::protocol::core::{ExecutorCore, Lane, Step};
 use crate::time::Nanos;
 
+/// Rounds at one instant after which the testbed calls the run a livelock: the policy
+/// keeps planning work that is refused at once and never lets time pass. A healthy run
+/// takes a handful of rounds per instant (an action started, a refusal observed).
+const STALL_LIMIT: u32 = 10_000;
+
 /// One emulated device.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Device {
-    capacity: u32,
-    used: u32,
-    /// Resident models and whether their load has finished.
-    resident: IdMap<ModelId, bool>,
-    /// Per lane (0 = exec, 1 = load): waiting actions by (earliest, id), and busy flag.
-    queues: [BTreeMap<(Nanos, ActionId), Action>; 2],
-    busy: [bool; 2],
+    core: ExecutorCore<Action>,
+    /// Per lane: the action running and what it will report.
+    running: [Option<(Action, Measured)>; 2],
+    /// Per lane: the earliest pending `Start` event, so a lane is not woken twice.
+    armed: [Option<Nanos>; 2],
 }
 
+/// Lanes travel in events by index (events are ordered, lanes need not be).
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
-    Start {
-        device: usize,
-        lane: usize,
-    },
-    End {
-        device: usize,
-        lane: usize,
-        action: ActionId,
-    },
+    Start { device: usize, lane: usize },
+    End { device: usize, lane: usize },
 }
 
 /// What a run saw.
@@ -53,6 +53,11 @@ pub struct Report {
     pub batched_requests: usize,
     pub loads: usize,
     pub unloads: usize,
+    /// LOADs a device refused for want of free pages: the policy asked for more memory
+    /// than the device had (a policy that mirrors the pages right never does).
+    pub loads_without_pages: usize,
+    /// LOADs a device refused because the weights were already resident or loading.
+    pub duplicate_loads: usize,
     /// Broken promises; empty if the policy kept them all.
     pub violations: Vec<String>,
 }
@@ -69,7 +74,6 @@ pub struct Testbed<P> {
     max_batch: usize,
     events: BinaryHeap<Reverse<(Nanos, u64, Event)>>,
     seq: u64,
-    running: IdMap<ActionId, (Action, Result<Measured, ActionError>)>,
     answered: IdMap<u64, Verdict>,
     report: Report,
     plan: Plan,
@@ -85,9 +89,10 @@ impl<P: Policy> Testbed<P> {
     ) -> Self {
         let devices = devices
             .iter()
-            .map(|&capacity| Device {
-                capacity,
-                ..Device::default()
+            .map(|&pages| Device {
+                core: ExecutorCore::new(pages),
+                running: [None, None],
+                armed: [None, None],
             })
             .collect();
         Self {
@@ -99,7 +104,6 @@ impl<P: Policy> Testbed<P> {
             max_batch,
             events: BinaryHeap::new(),
             seq: 0,
-            running: IdMap::default(),
             answered: IdMap::default(),
             report: Report::default(),
             plan: Plan::default(),
@@ -115,6 +119,7 @@ impl<P: Policy> Testbed<P> {
     /// Feeds the arrivals (sorted by arrival) and runs until everything is answered.
     pub fn run(&mut self, arrivals: impl IntoIterator<Item = Request>) -> Report {
         let mut arrivals = arrivals.into_iter().peekable();
+        let mut stalled = 0;
         loop {
             let next_arrival = arrivals.peek().map(|r| r.arrival);
             let next_event = self.events.peek().map(|Reverse((t, _, _))| *t);
@@ -126,6 +131,12 @@ impl<P: Policy> Testbed<P> {
                 && next_event.is_none()
                 && self.report.admitted == self.answered.len()
             {
+                break;
+            }
+            stalled = if t <= self.now { stalled + 1 } else { 0 };
+            if stalled > STALL_LIMIT {
+                let now = self.now;
+                self.violation(format!("livelock: no progress past {now} ns"));
                 break;
             }
             self.now = self.now.max(t);
@@ -170,15 +181,22 @@ impl<P: Policy> Testbed<P> {
         }
         for action in plan.actions.drain(..) {
             self.report.actions += 1;
-            let lane = usize::from(action.kind.is_load_lane());
             let device = action.device.0 as usize;
-            self.devices[device].queues[lane].insert((action.earliest, action.id), action);
-            if !self.devices[device].busy[lane] {
-                self.devices[device].busy[lane] = true;
-                self.at(self.now, Event::Start { device, lane });
-            }
+            let lane = self.devices[device].core.submit(action);
+            self.arm(device, lane, self.now);
         }
         self.plan = plan;
+    }
+
+    /// Wakes `lane` of `device` at `at`, unless it is already woken no later.
+    fn arm(&mut self, device: usize, lane: Lane, at: Nanos) {
+        let armed = &mut self.devices[device].armed[lane.index()];
+        if armed.is_some_and(|a| a <= at) {
+            return;
+        }
+        *armed = Some(at);
+        let lane = lane.index();
+        self.at(at, Event::Start { device, lane });
     }
 
     fn record(&mut self, request: u64, verdict: Verdict) {
@@ -199,87 +217,74 @@ impl<P: Policy> Testbed<P> {
 
     fn handle(&mut self, event: Event) {
         match event {
-            Event::Start { device, lane } => self.start(device, lane),
-            Event::End {
-                device,
-                lane,
-                action,
-            } => {
-                let Some((action, result)) = self.running.remove(&action) else {
+            Event::Start { device, lane } => {
+                let armed = &mut self.devices[device].armed[lane];
+                if armed.is_some_and(|a| a <= self.now) {
+                    *armed = None;
+                }
+                self.pump(device, Lane::ALL[lane]);
+            }
+            Event::End { device, lane } => {
+                let Some((action, measured)) = self.devices[device].running[lane].take() else {
                     return;
                 };
-                self.finish(device, &action, &result);
-                self.policy.observe(
-                    Outcome {
-                        action: action.id,
-                        result,
-                    },
-                    self.now,
-                    &mut self.plan,
-                );
-                self.at(self.now, Event::Start { device, lane });
+                self.devices[device].core.finish(&action, true);
+                match action.kind {
+                    ActionKind::Load => self.report.loads += 1,
+                    ActionKind::Unload => self.report.unloads += 1,
+                    ActionKind::Infer { .. } => {}
+                }
+                self.observe(&action, Ok(measured));
+                self.pump(device, Lane::ALL[lane]);
             }
         }
     }
 
-    fn start(&mut self, device: usize, lane: usize) {
-        let Some((&(earliest, id), _)) = self.devices[device].queues[lane].first_key_value() else {
-            self.devices[device].busy[lane] = false;
-            return;
-        };
-        if earliest > self.now {
-            self.at(earliest, Event::Start { device, lane });
-            return;
+    /// Starts or refuses what the lane has due, or wakes it when something will be.
+    fn pump(&mut self, device: usize, lane: Lane) {
+        loop {
+            match self.devices[device].core.next(lane, self.now) {
+                Step::Idle => return,
+                Step::WaitUntil(at) => return self.arm(device, lane, at),
+                Step::Refuse(action, error) => self.refuse(&action, error),
+                Step::Start(action) => self.begin(device, lane, action),
+            }
         }
-        let Some(action) = self.devices[device].queues[lane].remove(&(earliest, id)) else {
-            return;
-        };
-        let result = self.begin(device, &action).map(|duration| Measured {
-            begin: self.now,
-            end: self.now + duration,
-            duration,
-        });
-        let end = result.as_ref().map_or(self.now, |m| m.end);
-        self.running.insert(id, (action, result));
-        self.at(
-            end,
-            Event::End {
-                device,
-                lane,
-                action: id,
-            },
-        );
     }
 
-    /// Checks and starts an action as an executor would; returns its true duration.
-    fn begin(&mut self, device: usize, action: &Action) -> Result<Nanos, ActionError> {
-        if self.now > action.latest {
-            return Err(ActionError::TooLate);
+    fn refuse(&mut self, action: &Action, error: ActionError) {
+        match error {
+            ActionError::NoFreePages => self.report.loads_without_pages += 1,
+            ActionError::AlreadyResident => self.report.duplicate_loads += 1,
+            _ => {}
         }
+        self.observe(action, Err(error));
+    }
+
+    fn observe(&mut self, action: &Action, result: Result<Measured, ActionError>) {
+        let outcome = Outcome {
+            action: action.id,
+            result,
+        };
+        self.policy.observe(outcome, self.now, &mut self.plan);
+    }
+
+    /// Runs an action the core started, for its true duration.
+    fn begin(&mut self, device: usize, lane: Lane, action: Action) {
         let model = action.model.0 as usize;
         let (pages, profile) = &self.truth[model];
         let factor = self.factor;
         let scaled = |t: Nanos| (t as f64 * factor).round() as Nanos;
-        let d = &mut self.devices[device];
-        match &action.kind {
+        let duration = match &action.kind {
             ActionKind::Load => {
-                if d.used + pages > d.capacity || d.resident.contains_key(&action.model) {
-                    return Err(ActionError::NoFreePages);
+                if let Err(error) = self.devices[device].core.reserve(action.model, *pages) {
+                    self.devices[device].core.finish(&action, false);
+                    return self.refuse(&action, error);
                 }
-                d.used += pages;
-                d.resident.insert(action.model, false);
-                Ok(scaled(profile.load_latency))
+                scaled(profile.load_latency)
             }
-            ActionKind::Unload => {
-                if d.resident.remove(&action.model).is_some() {
-                    d.used -= pages;
-                }
-                Ok(0)
-            }
+            ActionKind::Unload => 0,
             ActionKind::Infer { requests } => {
-                if d.resident.get(&action.model) != Some(&true) {
-                    return Err(ActionError::NotResident);
-                }
                 let batch = requests.len();
                 let latency = profile.latency(batch as u32);
                 if latency.is_none() || batch > self.max_batch {
@@ -287,29 +292,16 @@ impl<P: Policy> Testbed<P> {
                 }
                 self.report.batches += 1;
                 self.report.batched_requests += batch;
-                Ok(scaled(latency.unwrap_or(0)))
+                scaled(latency.unwrap_or(0))
             }
-        }
-    }
-
-    fn finish(&mut self, device: usize, action: &Action, result: &Result<Measured, ActionError>) {
-        let (used, capacity) = (self.devices[device].used, self.devices[device].capacity);
-        if used > capacity {
-            self.violation(format!(
-                "device {device} holds {used} pages over its capacity"
-            ));
-        }
-        let d = &mut self.devices[device];
-        if result.is_err() {
-            return;
-        }
-        match action.kind {
-            ActionKind::Load => {
-                d.resident.insert(action.model, true);
-                self.report.loads += 1;
-            }
-            ActionKind::Unload => self.report.unloads += 1,
-            ActionKind::Infer { .. } => {}
-        }
+        };
+        let measured = Measured {
+            begin: self.now,
+            end: self.now + duration,
+            duration,
+        };
+        self.devices[device].running[lane.index()] = Some((action, measured));
+        let lane = lane.index();
+        self.at(measured.end, Event::End { device, lane });
     }
 }

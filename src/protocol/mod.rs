@@ -1,0 +1,171 @@
+//! The executor protocol: everything that crosses between the controller and an executor.
+//!
+//! The controller sends an [`Execute`] (one [`Action`] and, for an INFER, the inputs of
+//! each of its requests in batch order); the executor answers each one with exactly one
+//! [`ActionReport`] (what it measured, or the [`ActionError`] that stopped it, and the
+//! outputs of an INFER that ran). In process these are the actor messages themselves
+//! (`crate::actors::messages` re-exports them); a remote executor will later send the same
+//! types over TCP, encoded with [`encode`] and read back with [`decode`] (bincode 2, its
+//! serde API). Tensors travel as raw bytes: name, datatype, shape and data (see `wire`).
+//!
+//! **Clock.** Every timestamp on the protocol (`earliest`, `latest`, `begin`, `end`) is on
+//! the controller's clock, in [`Nanos`] since its epoch. An executor on another machine
+//! translates its own readings before it reports them.
+//!
+//! [`core`] holds the rules every executor follows (lanes, `earliest`/`latest`, pages,
+//! residency) as pure code, driven by the executor actor and the scheduler's testbed.
+//!
+//! This is a ground module: it uses only `model`, `tensor` and `time`.
+
+pub mod core;
+mod wire;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+use crate::model::{ActionId, DeviceId, ModelId, RequestId};
+use crate::tensor::Tensor;
+use crate::time::Nanos;
+
+/// What an executor is asked to do.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ActionKind {
+    /// Copy the model's weights into device pages.
+    Load,
+    /// Free the model's pages.
+    Unload,
+    /// Execute one batch; `requests.len()` is the batch size.
+    Infer {
+        /// The requests of the batch, in the order of their inputs and outputs.
+        requests: Vec<RequestId>,
+    },
+}
+
+impl ActionKind {
+    /// Short name for logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ActionKind::Load => "load",
+            ActionKind::Unload => "unload",
+            ActionKind::Infer { .. } => "infer",
+        }
+    }
+
+    /// Whether the action runs on the load lane (else the exec lane).
+    pub fn is_load_lane(&self) -> bool {
+        !matches!(self, ActionKind::Infer { .. })
+    }
+}
+
+/// One planned action for one device.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Action {
+    /// Identity of the action; its report carries it back.
+    pub id: ActionId,
+    /// The device that runs it.
+    pub device: DeviceId,
+    /// The model it loads, unloads or runs.
+    pub model: ModelId,
+    /// Never start before this.
+    pub earliest: Nanos,
+    /// If it cannot start by this, refuse it and do nothing.
+    pub latest: Nanos,
+    /// The duration the controller planned with.
+    pub expected_duration: Nanos,
+    /// What to do.
+    pub kind: ActionKind,
+}
+
+/// What an executor measured of an action that ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Measured {
+    /// When the work started (controller's clock).
+    pub begin: Nanos,
+    /// When the work ended (controller's clock).
+    pub end: Nanos,
+    /// Duration of the work itself (device-timed where the backend can).
+    pub duration: Nanos,
+}
+
+/// Why an executor did not complete an action.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum ActionError {
+    #[error("could not start before its latest start time")]
+    TooLate,
+    #[error("model weights are not resident on the device")]
+    NotResident,
+    #[error("not enough free pages on the device")]
+    NoFreePages,
+    /// A LOAD of a model whose weights are already resident or being loaded.
+    #[error("model weights are already resident on the device")]
+    AlreadyResident,
+    #[error("device failed: {0}")]
+    Device(String),
+    /// The controller's watchdog gave up on it: no report came by its deadline (see
+    /// `actors::watchdog`). Nothing is known of what the device did.
+    #[error("no report from the device in time (the device is suspect)")]
+    Overdue,
+}
+
+/// An action for an executor, with the inputs of an INFER's requests in batch order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Execute {
+    /// What to do, and when.
+    pub action: Action,
+    /// Inputs of each request of an INFER, in the order of `requests`; empty otherwise.
+    /// Shared with the controller, which keeps them until the request is answered.
+    #[serde(with = "wire::shared_items")]
+    pub inputs: Vec<Arc<Vec<Tensor>>>,
+}
+
+/// An executor's report of an action: exactly one per [`Execute`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ActionReport {
+    /// The action reported on.
+    pub action: ActionId,
+    /// The device that ran (or refused) it.
+    pub device: DeviceId,
+    /// What was measured, or why it did not complete.
+    pub result: Result<Measured, ActionError>,
+    /// Outputs of an INFER that ran: per request in batch order, that request's tensors.
+    pub outputs: Option<Vec<Vec<Tensor>>>,
+}
+
+/// A protocol message that could not be encoded or decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("cannot encode: {0}")]
+    Encode(#[from] bincode::error::EncodeError),
+    #[error("cannot decode: {0}")]
+    Decode(#[from] bincode::error::DecodeError),
+    /// The bytes hold a message and then more: a framing error on the sender's side.
+    #[error("{0} bytes left after the message")]
+    Trailing(usize),
+}
+
+/// The most bytes one message may take: a length prefix from a broken or hostile peer
+/// must not make the reader allocate without bound.
+pub const MAX_MESSAGE_BYTES: usize = 1 << 30;
+
+/// The one bincode configuration of the protocol (both sides must agree on it).
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MAX_MESSAGE_BYTES>()
+}
+
+/// Encodes a protocol message for the wire.
+pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, WireError> {
+    Ok(bincode::serde::encode_to_vec(message, config())?)
+}
+
+/// Decodes one protocol message that fills `bytes` exactly.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, WireError> {
+    let (message, read) = bincode::serde::decode_from_slice(bytes, config())?;
+    match bytes.len().saturating_sub(read) {
+        0 => Ok(message),
+        left => Err(WireError::Trailing(left)),
+    }
+}
