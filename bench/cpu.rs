@@ -203,7 +203,10 @@ fn served_run(root: &std::path::Path, rate: f64, seconds: u64) -> anyhow::Result
             let Event::ActionDone(done) = event else {
                 continue;
             };
-            let Some(measured) = done.measured.filter(|_| done.kind == "infer") else {
+            let Some(measured) = done
+                .measured
+                .filter(|_| done.kind == clockwork::protocol::ActionTag::Infer)
+            else {
                 continue;
             };
             let name = names[done.model.0 as usize].clone();

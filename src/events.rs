@@ -9,7 +9,7 @@ use tokio::sync::broadcast;
 
 use crate::model::{ActionId, DeviceId, ModelId, RequestId};
 use crate::outcome::Outcome;
-use crate::scheduler::Measured;
+use crate::protocol::{ActionError, ActionTag, Measured};
 use crate::time::Nanos;
 
 /// Events kept for a subscriber that has not read them yet.
@@ -44,9 +44,7 @@ pub struct ActionDone {
     pub action: ActionId,
     pub device: DeviceId,
     pub model: ModelId,
-    /// `load`, `unload` or `infer` (`ActionKind::name`; not typed yet, as the action
-    /// vocabulary lives in the executor protocol).
-    pub kind: &'static str,
+    pub kind: ActionTag,
     /// Requests in the batch (0 for LOAD and UNLOAD).
     pub batch: u32,
     /// Duration the controller planned with.
@@ -54,7 +52,7 @@ pub struct ActionDone {
     /// What the executor measured, if the action ran.
     pub measured: Option<Measured>,
     /// Why it did not complete, if it did not.
-    pub error: Option<String>,
+    pub error: Option<ActionError>,
 }
 
 /// The publishing side; cheap to clone.

@@ -7,6 +7,7 @@ mod cpu_support;
 
 use clockwork::actors::messages::SnapshotExecutor;
 use clockwork::events::Event;
+use clockwork::protocol::ActionTag;
 use clockwork::repository::zoo;
 use clockwork::tensor::Tensor;
 use cpu_support::{
@@ -99,7 +100,7 @@ async fn loads_beyond_capacity_evict_and_never_overfill_a_device() {
     let mut unloads = 0;
     while let Ok(event) = events.try_recv() {
         if let Event::ActionDone(done) = event {
-            unloads += usize::from(done.kind == "unload" && done.error.is_none());
+            unloads += usize::from(done.kind == ActionTag::Unload && done.error.is_none());
         }
     }
     assert!(

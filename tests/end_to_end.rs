@@ -9,6 +9,7 @@ use clockwork::actors::messages::{Infer, InferError, SnapshotController};
 use clockwork::actors::{Placement, RuntimeBuilder};
 use clockwork::config::Config;
 use clockwork::events::Event;
+use clockwork::protocol::ActionTag;
 use clockwork::tensor::Tensor;
 use clockwork::time::{virtual_system, Clock, Nanos, MS};
 use rand::rngs::StdRng;
@@ -123,7 +124,7 @@ fn every_request_answered_and_none_late_at_moderate_load() {
         while let Ok(event) = events.try_recv() {
             match event {
                 Event::RequestAnswered(_) => answered += 1,
-                Event::ActionDone(done) if done.kind == "load" => loads += 1,
+                Event::ActionDone(done) if done.kind == ActionTag::Load => loads += 1,
                 Event::ActionDone(_) => {}
             }
         }

@@ -17,6 +17,7 @@ use clockwork::gpu::sim::{SimDevice, SimSettings};
 use clockwork::gpu::ModelArtifact;
 use clockwork::gpu::{Backend, BackendFuture, BackendInfo, BatchOutputs, Executed, InferJob};
 use clockwork::model::ModelId;
+use clockwork::protocol::ActionTag;
 use clockwork::tensor::Tensor;
 use clockwork::time::{virtual_system, Clock, Nanos, MS};
 
@@ -170,7 +171,7 @@ fn a_hung_device_is_given_up_on_and_serves_again_when_it_reports() {
         let (mut before, mut after) = (0, 0);
         while let Ok(event) = events.try_recv() {
             if let Event::ActionDone(done) = event {
-                let ran = done.measured.is_some() && done.kind == "infer";
+                let ran = done.measured.is_some() && done.kind == ActionTag::Infer;
                 if done.device.0 == 0 && ran {
                     match done.measured.map(|m| m.begin) {
                         Some(begin) if begin < release => before += 1,

@@ -409,11 +409,11 @@ impl Controller {
                 action: sent.action.id,
                 device: report.device,
                 model: sent.action.model,
-                kind: sent.action.kind.name(),
+                kind: sent.action.kind.tag(),
                 batch: sent.requests.len() as u32,
                 expected: sent.action.expected_duration,
                 measured: report.result.as_ref().ok().copied(),
-                error: report.result.as_ref().err().map(ToString::to_string),
+                error: report.result.as_ref().err().cloned(),
             })
         });
         let outcome = Outcome {

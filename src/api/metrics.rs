@@ -24,6 +24,7 @@ use crate::actors::messages::Inferred;
 use crate::events::{ActionDone, Event, RequestAnswered};
 use crate::model::{ModelId, ModelSpec};
 use crate::outcome::Class;
+use crate::protocol::ActionTag;
 use crate::time::Nanos;
 
 /// Series of one model, resolved once so updates are plain atomic adds.
@@ -315,30 +316,32 @@ impl Metrics {
 
     fn action(&self, event: &ActionDone) {
         let Some(measured) = event.measured else {
-            self.action_failures.with_label_values(&[event.kind]).inc();
+            self.action_failures
+                .with_label_values(&[event.kind.as_str()])
+                .inc();
             return;
         };
         let device = event.device.0.to_string();
-        let lane = if event.kind == "infer" {
-            "exec"
-        } else {
+        let lane = if event.kind.is_load_lane() {
             "load"
+        } else {
+            "exec"
         };
         self.busy
             .with_label_values(&[device.as_str(), lane])
             .inc_by(seconds(measured.duration));
         let error = measured.duration as f64 - event.expected as f64;
         self.prediction_error
-            .with_label_values(&[event.kind])
+            .with_label_values(&[event.kind.as_str()])
             .observe(error / 1e9);
         match event.kind {
-            "infer" => {
+            ActionTag::Infer => {
                 if let Some(m) = self.model(event.model) {
                     m.exec_count.inc();
                 }
             }
-            "load" => self.loads.with_label_values(&[device.as_str()]).inc(),
-            _ => self.evictions.with_label_values(&[device.as_str()]).inc(),
+            ActionTag::Load => self.loads.with_label_values(&[device.as_str()]).inc(),
+            ActionTag::Unload => self.evictions.with_label_values(&[device.as_str()]).inc(),
         }
     }
 

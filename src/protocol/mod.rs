@@ -48,16 +48,46 @@ pub enum ActionKind {
 impl ActionKind {
     /// Short name for logs and metrics.
     pub fn name(&self) -> &'static str {
+        self.tag().as_str()
+    }
+
+    /// The kind without its payload, for events and counters.
+    pub fn tag(&self) -> ActionTag {
         match self {
-            ActionKind::Load => "load",
-            ActionKind::Unload => "unload",
-            ActionKind::Infer { .. } => "infer",
+            ActionKind::Load => ActionTag::Load,
+            ActionKind::Unload => ActionTag::Unload,
+            ActionKind::Infer { .. } => ActionTag::Infer,
         }
     }
 
     /// Whether the action runs on the load lane (else the exec lane).
     pub fn is_load_lane(&self) -> bool {
         !matches!(self, ActionKind::Infer { .. })
+    }
+}
+
+/// The kind of an action without its payload: what events carry and metrics label by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionTag {
+    Load,
+    Unload,
+    Infer,
+}
+
+impl ActionTag {
+    /// Its name in metrics and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionTag::Load => "load",
+            ActionTag::Unload => "unload",
+            ActionTag::Infer => "infer",
+        }
+    }
+
+    /// Whether it runs on the load lane (else the exec lane).
+    pub fn is_load_lane(self) -> bool {
+        !matches!(self, ActionTag::Infer)
     }
 }
 

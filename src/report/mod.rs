@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::protocol::ActionTag;
 use crate::time::Nanos;
 
 /// Latency percentiles of successful answers, in milliseconds.
@@ -51,7 +52,7 @@ pub struct TimePoint {
 pub struct TimelineSpan {
     pub device: u32,
     /// `infer` or `load`.
-    pub kind: &'static str,
+    pub kind: ActionTag,
     pub begin_ms: f64,
     pub end_ms: f64,
     pub batch: u32,

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use plotters::prelude::*;
 
 use super::{PolicyReport, Report, ReportError};
+use crate::protocol::ActionTag;
 
 const SIZE: (u32, u32) = (900, 500);
 const COLORS: [RGBColor; 4] = [
@@ -150,7 +151,7 @@ fn timeline(path: &Path, policy: &PolicyReport) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let spans = policy.timeline.iter().map(|s| {
         let base = f64::from(s.device);
-        let (low, high, color) = if s.kind == "load" {
+        let (low, high, color) = if s.kind == ActionTag::Load {
             (base + 0.05, base + 0.35, RGBColor(214, 39, 40).mix(0.8))
         } else {
             let shade = (0.3 + 0.05 * f64::from(s.batch)).min(1.0);

@@ -7,6 +7,7 @@ use hdrhistogram::Histogram;
 use super::{ms, LatencyMs, PolicyReport, PredictionErrorMs, TimePoint, TimelineSpan};
 use crate::events::ActionDone;
 use crate::outcome::{Class, Outcome};
+use crate::protocol::ActionTag;
 use crate::time::Nanos;
 
 /// How a request was answered, as a report counts it.
@@ -128,24 +129,27 @@ impl Recorder {
     pub fn action(&mut self, done: &ActionDone) {
         let batch = done.batch;
         let Some(measured) = done.measured else {
-            let error = done.error.clone().unwrap_or_default();
+            let error = done
+                .error
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default();
             *self.action_errors.entry(error).or_default() += 1;
             return;
         };
         match done.kind {
-            "infer" => {
+            ActionTag::Infer => {
                 self.batches += 1;
                 self.batched += u64::from(batch);
                 let error = measured.duration as i64 - done.expected as i64;
                 self.prediction_error.push(error);
                 *Self::slot(&mut self.busy, done.device.0 as usize) += measured.duration;
             }
-            "load" => self.loads += 1,
-            "unload" => self.unloads += 1,
-            _ => {}
+            ActionTag::Load => self.loads += 1,
+            ActionTag::Unload => self.unloads += 1,
         }
         let (from, until) = self.timeline_window;
-        if done.kind != "unload" && measured.end > from && measured.begin < until {
+        if done.kind != ActionTag::Unload && measured.end > from && measured.begin < until {
             self.timeline.push(TimelineSpan {
                 device: done.device.0,
                 kind: done.kind,
@@ -288,7 +292,7 @@ mod tests {
             action: ActionId(1),
             device: DeviceId(0),
             model: ModelId(0),
-            kind: "infer",
+            kind: ActionTag::Infer,
             batch: 4,
             expected: 2 * MS,
             measured: Some(Measured {
