@@ -184,6 +184,7 @@ fn served_run(root: &std::path::Path, rate: f64, seconds: u64) -> anyhow::Result
                 model: names[model].clone(),
                 inputs: std::sync::Arc::clone(&inputs[model]),
                 slo: None,
+                edge: None,
                 reply,
             });
             answers.push(answer);

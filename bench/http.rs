@@ -109,6 +109,7 @@ async fn direct(
                 model: "zero".into(),
                 inputs,
                 slo: None,
+                edge: None,
             };
             matches!(controller.send(infer).await, Ok(Ok(_)))
         }

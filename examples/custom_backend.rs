@@ -118,6 +118,7 @@ fn main() -> anyhow::Result<()> {
                 model: model.into(),
                 inputs: vec![x],
                 slo: None,
+                edge: None,
             };
             match runtime.controller.send(infer).await? {
                 Ok(done) => {

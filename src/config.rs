@@ -96,6 +96,27 @@ pub struct ServerConfig {
     pub watchdog_grace: Duration,
     /// Largest request body the API accepts; larger ones are refused with 413.
     pub max_body_bytes: usize,
+    /// Request bodies decoded at once (JSON or binary tensors to the runtime's tensors),
+    /// on threads of their own: the cores the front end may use. 0: every core found.
+    pub decode_threads: usize,
+    /// Requests that may wait for a decoder; more are refused at once
+    /// (`deadline_unreachable`), and none waits past its deadline's slack.
+    pub decode_queue: usize,
+}
+
+/// Cores this process may run on (at least 1).
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+impl ServerConfig {
+    /// Decoders to run: `decode_threads`, or every core if 0.
+    pub fn decoders(&self) -> usize {
+        match self.decode_threads {
+            0 => cores(),
+            n => n,
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -105,6 +126,8 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(10),
             watchdog_grace: Duration::from_millis(100),
             max_body_bytes: 32 << 20,
+            decode_threads: 0,
+            decode_queue: 256,
         }
     }
 }

@@ -25,6 +25,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .start()?;
     let settings = ApiSettings {
         max_body_bytes: config.server.max_body_bytes,
+        decode_threads: config.server.decoders(),
+        decode_queue: config.server.decode_queue,
     };
     let state = ApiState::new(&runtime, settings)?;
     let server = HttpServer::new(move || api::app(state.clone()))

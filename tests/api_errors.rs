@@ -182,6 +182,7 @@ async fn bad_binary_data_is_named() {
 async fn oversized_bodies_get_413() {
     let server = start(ApiSettings {
         max_body_bytes: 1000,
+        ..ApiSettings::default()
     })
     .await;
     let (status, _, body) = server.post_raw(INFER, &[], vec![b' '; 5000]).await;

@@ -35,6 +35,7 @@ fn an_unknown_model_is_refused_by_the_controller_before_admission() {
             model: model.into(),
             inputs: vec![Tensor::from_f32("input", vec![64], &[1.0; 64])],
             slo: None,
+            edge: None,
         };
         let answer = runtime.controller.send(infer("nope")).await.unwrap();
         let error = answer.unwrap_err();

@@ -71,6 +71,7 @@ fn every_request_answered_and_none_late_at_moderate_load() {
                     model,
                     inputs: vec![image],
                     slo,
+                    edge: None,
                 };
                 let answer = controller.send(infer).await.expect("controller alive");
                 let mut t = tally.borrow_mut();

@@ -30,6 +30,7 @@ fn draining_answers_what_is_in_flight_and_refuses_the_rest() {
             model: "mlp".into(),
             inputs: vec![Tensor::from_f32("input", vec![64], &[1.0; 64])],
             slo: None,
+            edge: None,
         };
         let in_flight: Vec<_> = (0..20).map(|_| runtime.controller.send(infer())).collect();
         // Let them be admitted, but not finished (the cold load alone takes 0.33 ms).

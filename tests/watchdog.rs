@@ -129,6 +129,7 @@ fn a_hung_device_is_given_up_on_and_serves_again_when_it_reports() {
                     model: "resnet".into(),
                     inputs: vec![image],
                     slo: None,
+                    edge: None,
                 };
                 let answer = controller.send(infer).await.expect("controller alive");
                 let overrun = clock.now().saturating_sub(arrival + SLO);
@@ -205,6 +206,7 @@ fn a_drain_ends_at_its_deadline_even_if_a_device_hangs() {
             model: "resnet".into(),
             inputs: vec![image()],
             slo: None,
+            edge: None,
         };
         let waiting: Vec<_> = (0..5).map(|_| runtime.controller.send(infer())).collect();
         clock.sleep_until(50 * MS).await;

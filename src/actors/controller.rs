@@ -11,9 +11,10 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
+use super::admission::AdmissionTable;
 use super::messages::{
-    ActionReport, ControllerSnapshot, Drain, Execute, Infer, InferError, InferResult, Inferred,
-    RegisterError, RegisterModel, RequestTiming, SnapshotController, Submit,
+    ActionReport, ControllerSnapshot, Drain, Edge, Execute, Infer, InferError, InferResult,
+    Inferred, RegisterError, RegisterModel, RequestTiming, SnapshotController, Submit,
 };
 use super::registry::{Candidate, Registry};
 use super::watchdog::{GivenUp, Settled, Watchdog};
@@ -59,6 +60,8 @@ pub struct ControllerParts {
     pub emulated: Vec<bool>,
     pub events: EventBus,
     pub settings: ControllerSettings,
+    /// Where it publishes each model's view for the HTTP front end after its steps.
+    pub admission: Arc<AdmissionTable>,
 }
 
 /// The controller's own time limits (not the policy's).
@@ -104,6 +107,8 @@ pub struct Controller {
     answered: u64,
     draining: bool,
     drained: Vec<oneshot::Sender<()>>,
+    /// Models whose view may have changed since the last step published them.
+    touched: Vec<ModelId>,
 }
 
 impl Controller {
@@ -124,6 +129,7 @@ impl Controller {
             answered: 0,
             draining: false,
             drained: Vec::new(),
+            touched: Vec::new(),
         }
     }
 
@@ -150,23 +156,33 @@ impl Controller {
         }
         let now = self.now();
         let slo = infer.slo.unwrap_or(spec.slo);
+        let edge = infer.edge.unwrap_or(Edge {
+            arrival: now,
+            reserve: 0,
+        });
+        // The clock never runs backwards, but an edge stamp from elsewhere might.
+        let arrival = edge.arrival.min(now);
         self.next_request += 1;
         let id = RequestId(self.next_request);
         let pending = Pending {
             model,
             inputs: infer.inputs,
-            arrival: now,
+            arrival,
             slo,
             reply,
         };
         self.pending.insert(id, pending);
         self.admitted += 1;
+        // The policy plans to finish early enough for the caller's own work after it;
+        // a request already hopeless is refused by the policy's rules, which compare
+        // `now` with the edge's arrival.
         let request = Request {
             id,
             model,
-            arrival: now,
-            slo,
+            arrival,
+            slo: slo.saturating_sub(edge.reserve),
         };
+        self.touched.push(model);
         self.parts.policy.admit(request, now, &mut self.plan);
         self.step(ctx);
     }
@@ -184,6 +200,8 @@ impl Controller {
             self.dispatch(action);
         }
         self.plan = plan;
+        let admission = Arc::clone(&self.parts.admission);
+        admission.refresh(self.parts.policy.as_ref(), &mut self.touched, now);
         if self.drain_deadline.is_some_and(|at| at <= now) {
             self.abandon_pending(now);
         }
@@ -243,6 +261,7 @@ impl Controller {
     }
 
     fn dispatch(&mut self, action: Action) {
+        self.touched.push(action.model);
         let requests = match &action.kind {
             ActionKind::Infer { requests } => requests.clone(),
             _ => Vec::new(),
@@ -266,6 +285,7 @@ impl Controller {
             tracing::debug!(request = ?answer.request, "answer for a request no longer pending");
             return;
         };
+        self.touched.push(pending.model);
         let outputs = self.outputs.remove(&answer.request);
         let (result, outcome, batch) = match answer.verdict {
             Verdict::Completed { late, .. } => match outputs {
@@ -401,6 +421,7 @@ impl Controller {
 
     /// Applies the report of an action the policy planned: outputs, event, policy.
     fn apply(&mut self, sent: Sent, report: ActionReport, now: Nanos) {
+        self.touched.push(sent.action.model);
         if let (Ok(measured), Some(outputs)) = (&report.result, report.outputs) {
             self.stash_outputs(&sent, *measured, outputs);
         }
@@ -512,6 +533,7 @@ impl Handler<Infer> for Controller {
             model: infer.model,
             inputs: Arc::new(infer.inputs),
             slo: infer.slo,
+            edge: infer.edge,
             reply,
         };
         self.admit(submit, ctx);

@@ -29,6 +29,21 @@ pub struct Infer {
     pub inputs: Vec<Tensor>,
     /// Latency objective; the model's own if `None`.
     pub slo: Option<Nanos>,
+    /// Where its time started; `None`: when the controller admits it.
+    pub edge: Option<Edge>,
+}
+
+/// Where a request's time started, for callers with work of their own around the
+/// controller's (the HTTP front end reads and decodes before, encodes after): the
+/// deadline counts from `arrival`, and the policy plans to finish `reserve` before it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Edge {
+    /// When the request's head was read (the runtime clock): its deadline is
+    /// `arrival + slo`, whatever happened before admission.
+    pub arrival: Nanos,
+    /// Time the caller still needs after the answer (encoding it), kept off the
+    /// objective the policy plans with so the answer leaves by the deadline.
+    pub reserve: Nanos,
 }
 
 /// An inference request that brings its own reply channel and shared inputs: the cheap
@@ -40,6 +55,8 @@ pub struct Submit {
     pub model: String,
     pub inputs: Arc<Vec<Tensor>>,
     pub slo: Option<Nanos>,
+    /// Where its time started; `None`: when the controller admits it.
+    pub edge: Option<Edge>,
     /// Receives the one answer.
     pub reply: tokio::sync::oneshot::Sender<InferResult>,
 }

@@ -3,6 +3,7 @@
 //! - [`Controller`]: queues, the device mirror and the policy; answers requests.
 //! - [`Executor`]: one per device; runs actions on a [`Backend`](crate::gpu::Backend).
 //! - [`ModelCache`]: registered models and their artifacts.
+//! - [`admission`]: the per-model views the HTTP front end refuses requests by.
 //! - [`registry`]: the one place that registers a model and gives it its id.
 //!
 //! [`RuntimeBuilder`] wires them up, on threads of their own for serving or all on the
@@ -13,6 +14,7 @@
 /// (Not `usize::MAX`: actix adds the sender count to it.)
 const MAILBOX: usize = 1 << 16;
 
+pub mod admission;
 mod controller;
 pub mod eligibility;
 mod executor;

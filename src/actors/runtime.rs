@@ -1,7 +1,10 @@
 //! Building and stopping the actor system.
 
+use std::sync::Arc;
+
 use actix::prelude::*;
 
+use super::admission::AdmissionTable;
 use super::eligibility::{DeviceFacts, IneligibleModel};
 use super::messages::RegisterError;
 use super::messages::{Drain, RegisterArtifact};
@@ -89,6 +92,8 @@ pub struct Runtime {
     pub cache: Addr<ModelCache>,
     pub executors: Vec<Addr<Executor>>,
     pub events: EventBus,
+    /// What the controller publishes for the HTTP front end to refuse requests early.
+    pub admission: Arc<AdmissionTable>,
     /// Models registered at start, indexed by id (more may be registered later: see
     /// `table`).
     pub models: Vec<ModelSpec>,
@@ -241,8 +246,10 @@ impl RuntimeBuilder {
             emulated,
             events: EventBus::default(),
             settings: self.settings,
+            admission: Arc::default(),
         };
         let events = parts.events.clone();
+        let admission = Arc::clone(&parts.admission);
         let controller = Controller::new(parts);
         home.spawn(async move {
             Context::with_receiver(controller_rx).run(controller);
@@ -253,6 +260,7 @@ impl RuntimeBuilder {
             cache,
             executors,
             events,
+            admission,
             models: table.models().iter().map(|m| m.spec.clone()).collect(),
             table,
             refused: self.refused,

@@ -11,6 +11,7 @@ use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::edge::Stage;
 use crate::actors::messages::InferError;
 use crate::outcome::Outcome;
 
@@ -42,6 +43,14 @@ pub enum ApiError {
     ModelUnavailable(String),
     #[error("no route for {method} {path}")]
     NotFound { method: String, path: String },
+    /// The front end refused it before the controller saw it: its deadline, counted from
+    /// its arrival, cannot be met.
+    #[error("refused {}: model '{model}' cannot answer within the latency objective; retry after {retry_after_s} s", stage.as_str())]
+    Early {
+        model: String,
+        stage: Stage,
+        retry_after_s: u64,
+    },
 }
 
 impl ApiError {
@@ -63,6 +72,7 @@ impl ApiError {
             ApiError::ModelUnavailable(_) => Outcome::ModelUnavailable,
             ApiError::LoadFailed { .. } => Outcome::LoadFailed,
             ApiError::NotFound { .. } => Outcome::NotFound,
+            ApiError::Early { .. } => Outcome::DeadlineUnreachable,
         }
     }
 }
@@ -105,7 +115,18 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status_code()).json(ErrorBody {
+        let mut response = HttpResponse::build(self.status_code());
+        // A refusal says when trying again is worth it: the edge's own estimate of the
+        // backlog, else a second (the header counts whole seconds).
+        let retry = match self {
+            ApiError::Early { retry_after_s, .. } => Some(*retry_after_s),
+            _ if self.kind().is_refusal() => Some(1),
+            _ => None,
+        };
+        if let Some(seconds) = retry {
+            response.insert_header((actix_web::http::header::RETRY_AFTER, seconds.to_string()));
+        }
+        response.json(ErrorBody {
             error: self.to_string(),
             error_type: self.kind().as_str().to_owned(),
         })

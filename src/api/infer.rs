@@ -9,15 +9,21 @@
 use actix_web::{post, web, HttpRequest, HttpResponse};
 use serde_json::Value;
 
+use std::sync::Arc;
+
+use actix_web::http::header::HeaderMap;
+
 use super::binary::{self, Sections};
 use super::codec;
+use super::edge::{self, Expected, Phase, PoolError, Stage};
 use super::error::{ApiError, ErrorBody};
 use super::metrics::Metrics;
 use super::models::Entry;
 use super::v2::{self, InferRequest, InferResponse, Parameters, ResponseOutput};
 use super::ApiState;
-use crate::actors::messages::{Infer, InferError, Inferred};
+use crate::actors::messages::{Edge, Infer, InferError, Inferred};
 use crate::model::ModelId;
+use crate::scheduler::view::{judge, Admission};
 use crate::tensor::Tensor;
 use crate::time::Nanos;
 
@@ -92,22 +98,19 @@ pub(super) async fn run(
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let entry = state.models.ready(model, version)?;
-    let limit = state.settings.max_body_bytes;
-    let body = body
-        .to_bytes_limited(limit)
-        .await
-        .map_err(|_| ApiError::PayloadTooLarge { limit })?
-        .map_err(|e| ApiError::InvalidBody(e.to_string()))?;
-    let (json, binary) = binary::split(request.headers(), body)?;
-    let parsed: InferRequest =
-        serde_json::from_slice(&json).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-    let slo = slo(&parsed.parameters)?;
-    let (inputs, batched) = decode_inputs(&entry, &parsed, binary)?;
-    let outputs = choose_outputs(&entry, &parsed)?;
+    let front = Front::new(state, &entry, request);
+    front.admit_before_reading()?;
+    let body = front.read(body).await?;
+    let decoded = front.decode(request, body).await?;
+    let slo = decoded.slo.unwrap_or(entry.spec.slo);
     let message = Infer {
         model: entry.spec.name.clone(),
-        inputs,
-        slo,
+        inputs: decoded.inputs,
+        slo: decoded.slo,
+        edge: Some(Edge {
+            arrival: front.arrival,
+            reserve: front.expected.encode,
+        }),
     };
     let waiting = Waiting::new(&state.metrics, entry.id);
     let answer = state.controller.send(message).await;
@@ -115,7 +118,154 @@ pub(super) async fn run(
     // A controller that is gone can only be one that is shutting down.
     let inferred = answer.unwrap_or(Err(InferError::ShuttingDown))?;
     state.metrics.success(entry.id, &inferred);
-    Ok(encode(&entry, parsed.id, &inferred, &outputs, batched, slo))
+    let started = state.clock.now();
+    let parsed = &decoded.request;
+    let outputs = &decoded.outputs;
+    let response = encode(
+        &entry,
+        parsed.id.clone(),
+        &inferred,
+        outputs,
+        decoded.batched,
+        decoded.slo,
+    );
+    front.took(Phase::Encode, started);
+    if state.clock.now() > front.arrival.saturating_add(slo) {
+        state.metrics.late_at_edge(entry.id);
+    }
+    Ok(response)
+}
+
+/// A request body turned into what the controller takes.
+struct Decoded {
+    request: InferRequest,
+    slo: Option<Nanos>,
+    inputs: Vec<Tensor>,
+    batched: bool,
+    outputs: Vec<Wanted>,
+}
+
+/// Splits, parses and checks a body: the work the decode pool does.
+fn decode_body(entry: &Entry, headers: &HeaderMap, body: web::Bytes) -> Result<Decoded, ApiError> {
+    let (json, binary) = binary::split(headers, body)?;
+    let request: InferRequest =
+        serde_json::from_slice(&json).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    let slo = slo(&request.parameters)?;
+    let (inputs, batched) = decode_inputs(entry, &request, binary)?;
+    let outputs = choose_outputs(entry, &request)?;
+    Ok(Decoded {
+        request,
+        slo,
+        inputs,
+        batched,
+        outputs,
+    })
+}
+
+/// One request as the front end sees it: its arrival, the model's learned front-end
+/// costs, and each step that may refuse it before the controller does.
+struct Front<'a> {
+    state: &'a ApiState,
+    entry: &'a Arc<Entry>,
+    arrival: Nanos,
+    expected: Expected,
+    /// The deadline the front end works to before the body says otherwise: the model's
+    /// objective (a request's own `slo_ms` is inside the body), less the encoding.
+    deadline: Nanos,
+}
+
+impl<'a> Front<'a> {
+    fn new(state: &'a ApiState, entry: &'a Arc<Entry>, request: &HttpRequest) -> Self {
+        let arrival = edge::arrival(request, &state.clock);
+        let expected = state.front.expected(entry.id);
+        let deadline = arrival
+            .saturating_add(entry.spec.slo)
+            .saturating_sub(expected.encode);
+        Self {
+            state,
+            entry,
+            arrival,
+            expected,
+            deadline,
+        }
+    }
+
+    fn refuse(&self, stage: Stage, retry_after: Nanos) -> ApiError {
+        self.state.metrics.refused_at_edge(self.entry.id, stage);
+        ApiError::Early {
+            model: self.entry.spec.name.clone(),
+            stage,
+            retry_after_s: retry_after.div_ceil(1_000_000_000).max(1),
+        }
+    }
+
+    /// Records the time a phase took since `started`.
+    fn took(&self, phase: Phase, started: Nanos) {
+        self.record(phase, self.state.clock.now().saturating_sub(started));
+    }
+
+    /// Learns and shows the time a phase took.
+    fn record(&self, phase: Phase, took: Nanos) {
+        self.state.front.observe(self.entry.id, phase, took);
+        self.state.metrics.front(self.entry.id, phase, took);
+    }
+
+    /// Refuses, from the controller's last view of the model, a request it cannot serve.
+    fn admit_before_reading(&self) -> Result<(), ApiError> {
+        let e = self.expected;
+        let view = self.state.admission.get(self.entry.id);
+        let now = self.state.clock.now();
+        let ahead = e.read + e.wait + e.decode;
+        match judge(view.as_ref(), now, ahead, self.deadline) {
+            Admission::Admit => Ok(()),
+            Admission::Refuse { retry_after } => {
+                Err(self.refuse(Stage::BeforeReading, retry_after))
+            }
+        }
+    }
+
+    /// Reads the body, giving up when the rest could no longer be done in time.
+    async fn read(&self, body: web::Payload) -> Result<web::Bytes, ApiError> {
+        let started = self.state.clock.now();
+        let limit = self.state.settings.max_body_bytes;
+        let until = self.deadline.saturating_sub(self.expected.decode);
+        let slack = self.state.clock.until(until);
+        let read = tokio::time::timeout(slack, body.to_bytes_limited(limit)).await;
+        let Ok(read) = read else {
+            return Err(self.refuse(Stage::Reading, 0));
+        };
+        let bytes = read
+            .map_err(|_| ApiError::PayloadTooLarge { limit })?
+            .map_err(|e| ApiError::InvalidBody(e.to_string()))?;
+        self.took(Phase::Read, started);
+        Ok(bytes)
+    }
+
+    /// Decodes the body on the bounded pool, unless no decoder is free within its slack.
+    async fn decode(&self, request: &HttpRequest, body: web::Bytes) -> Result<Decoded, ApiError> {
+        let started = self.state.clock.now();
+        let until = self.deadline.saturating_sub(self.expected.decode);
+        let slack = self.state.clock.until(until);
+        let (entry, headers) = (Arc::clone(self.entry), request.headers().clone());
+        let state = self.state;
+        let clock = state.clock;
+        let job = move || {
+            let begun = clock.now();
+            (begun, decode_body(&entry, &headers, body))
+        };
+        let (begun, decoded) = match state.decoders.run(slack, job).await {
+            Ok(done) => done,
+            Err(PoolError::Crashed) => {
+                return Err(ApiError::InvalidBody("the decoder failed".into()))
+            }
+            Err(PoolError::Full(_) | PoolError::NoSlack) => {
+                return Err(self.refuse(Stage::Decoding, 0))
+            }
+        };
+        self.record(Phase::Wait, begun.saturating_sub(started));
+        self.took(Phase::Decode, begun);
+        decoded
+    }
 }
 
 /// Counts a request as pending while it waits for the controller; a guard, because a

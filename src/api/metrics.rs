@@ -18,6 +18,7 @@ use prometheus::{
 };
 use tokio::sync::broadcast::{self, error::RecvError};
 
+use super::edge::{Phase, Stage};
 use super::error::ApiError;
 use super::ApiState;
 use crate::actors::messages::Inferred;
@@ -90,6 +91,14 @@ pub struct Metrics {
     prediction_error: HistogramVec,
     latency: Histogram,
     events_lost: IntCounter,
+    /// The front end's own time per request, by model and phase (read, wait, decode,
+    /// encode): what the edge counts in each request's plan.
+    front: HistogramVec,
+    /// Requests the front end refused on its own, by model and stage; those refused
+    /// before reading were never decoded.
+    edge_refusals: IntCounterVec,
+    /// Answers that left after their deadline as measured from the edge.
+    edge_late: IntCounterVec,
 }
 
 fn counter(
@@ -182,6 +191,18 @@ fn latency_family() -> prometheus::Result<Histogram> {
     Histogram::with_opts(opts.buckets(exponential_buckets(0.0005, 2.0, 12)?))
 }
 
+/// The front end's time per request, by model and phase.
+fn front_family() -> prometheus::Result<HistogramVec> {
+    let opts = HistogramOpts::new(
+        "clockwork_front_seconds",
+        "Time the HTTP front end spent on a request, by phase",
+    );
+    HistogramVec::new(
+        opts.buckets(exponential_buckets(0.000_05, 2.0, 14)?),
+        &["model", "phase"],
+    )
+}
+
 impl Metrics {
     /// Registers every series; the models' series start at zero.
     pub fn new(models: &[ModelSpec]) -> prometheus::Result<Self> {
@@ -238,6 +259,19 @@ impl Metrics {
             prediction_error: registered(&r, prediction_error_family()?)?,
             latency: registered(&r, latency_family()?)?,
             events_lost: registered(&r, events_lost)?,
+            front: registered(&r, front_family()?)?,
+            edge_refusals: counter(
+                &r,
+                "clockwork_edge_refusals",
+                "Requests the front end refused before the controller saw them, by stage",
+                &["model", "stage"],
+            )?,
+            edge_late: counter(
+                &r,
+                "clockwork_edge_late",
+                "Answers that left after the deadline counted from the request's arrival",
+                &["model"],
+            )?,
             families,
             models: RwLock::new(per_model),
             registry: r,
@@ -282,6 +316,32 @@ impl Metrics {
             if !kind.after_admission() {
                 m.failure.inc();
             }
+        }
+    }
+
+    /// Time the front end spent on one phase of a request of `model`.
+    pub fn front(&self, model: ModelId, phase: Phase, took: Nanos) {
+        if let Some(m) = self.model(model) {
+            self.front
+                .with_label_values(&[m.name.as_str(), phase.as_str()])
+                .observe(seconds(took));
+        }
+    }
+
+    /// A request the front end refused on its own (the controller never saw it).
+    pub fn refused_at_edge(&self, model: ModelId, stage: Stage) {
+        if let Some(m) = self.model(model) {
+            m.failure.inc();
+            self.edge_refusals
+                .with_label_values(&[m.name.as_str(), stage.as_str()])
+                .inc();
+        }
+    }
+
+    /// An answer that left after its deadline counted from the edge.
+    pub fn late_at_edge(&self, model: ModelId) {
+        if let Some(m) = self.model(model) {
+            self.edge_late.with_label_values(&[m.name.as_str()]).inc();
         }
     }
 

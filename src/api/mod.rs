@@ -9,6 +9,7 @@
 //! | `health.rs` | `/v2/health/live`, `/v2/health/ready`, `/v2` |
 //! | `models.rs` | the model table; metadata, readiness, Triton config |
 //! | `infer.rs` | the inference routes |
+//! | `edge.rs` | where a request's time starts, the front end's measured time, the decode pool |
 //! | `v2.rs`, `codec.rs` | protocol bodies; tensor data to bytes and back |
 //! | `binary.rs` | Triton's binary tensor data extension |
 //! | `repository.rs` | Triton's model repository extension |
@@ -18,6 +19,7 @@
 
 mod binary;
 mod codec;
+mod edge;
 mod error;
 mod health;
 mod infer;
@@ -42,20 +44,29 @@ pub use error::{status_for, ApiError, ErrorBody};
 pub use metrics::Metrics;
 pub use models::Models;
 
+use crate::actors::admission::AdmissionTable;
 use crate::actors::{Controller, Runtime};
 use crate::repository::RepositorySource;
+use crate::time::Clock;
+use edge::{DecodePool, FrontTimes};
 
 /// Limits of the API.
 #[derive(Clone, Copy, Debug)]
 pub struct ApiSettings {
     /// Largest request body accepted; larger ones get `payload_too_large` (413).
     pub max_body_bytes: usize,
+    /// Bodies decoded at once: the cores the front end may use for decoding.
+    pub decode_threads: usize,
+    /// Requests that may wait for a decoder; more are refused at once.
+    pub decode_queue: usize,
 }
 
 impl Default for ApiSettings {
     fn default() -> Self {
         Self {
             max_body_bytes: 32 << 20,
+            decode_threads: crate::config::cores(),
+            decode_queue: 256,
         }
     }
 }
@@ -67,6 +78,14 @@ pub struct ApiState {
     pub models: Arc<Models>,
     pub metrics: Arc<Metrics>,
     pub settings: ApiSettings,
+    /// The runtime's clock: requests' arrivals and the front end's durations.
+    pub clock: Clock,
+    /// The controller's per-model views, to refuse requests before reading them.
+    pub admission: Arc<AdmissionTable>,
+    /// The front end's learned durations per model and phase.
+    pub front: Arc<FrontTimes>,
+    /// Where bodies are decoded.
+    pub decoders: Arc<DecodePool>,
     /// Where models registered through the repository routes come from.
     pub repository: Option<RepositorySource>,
     /// Repository models that could not be registered, with the reason.
@@ -93,6 +112,13 @@ impl ApiState {
             models: Models::watching(&runtime.table),
             metrics,
             settings,
+            clock: runtime.clock,
+            admission: Arc::clone(&runtime.admission),
+            front: Arc::default(),
+            decoders: Arc::new(DecodePool::new(
+                settings.decode_threads,
+                settings.decode_queue,
+            )),
             repository: runtime.repository.clone(),
             refused: Arc::new(Mutex::new(runtime.refused.iter().cloned().collect())),
             registering: Arc::default(),
@@ -169,12 +195,14 @@ pub fn app(
         InitError = (),
     >,
 > {
+    let clock = state.clock;
     let (app, _) = App::new()
         .into_utoipa_app()
         .app_data(web::Data::new(state))
         .configure(services)
         .split_for_parts();
     app.default_service(web::to(not_found))
+        .wrap_fn(move |request, service| edge::stamp(clock, request, service))
 }
 
 /// Any other path: a JSON 404 like every other error.

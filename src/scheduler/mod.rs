@@ -15,6 +15,7 @@ pub mod ids;
 mod queue;
 mod reactive;
 pub mod testbed;
+pub mod view;
 
 pub use clockwork::ClockworkPolicy;
 pub use estimate::Estimator;
@@ -193,6 +194,11 @@ pub trait Policy {
     fn next_wakeup(&self, now: Nanos) -> Option<Nanos>;
     /// Current counters, for observers.
     fn snapshot(&self, now: Nanos) -> PolicySnapshot;
+    /// What the edge may know of `model` to refuse its requests before reading them
+    /// (see [`view`]); `None`: nothing, the edge admits everything.
+    fn view(&self, _model: ModelId, _now: Nanos) -> Option<view::ModelView> {
+        None
+    }
 }
 
 pub use crate::config::UnknownPolicy;

@@ -51,6 +51,7 @@ impl Sender {
             model: self.names[arrival.model as usize].clone(),
             inputs: Arc::clone(&self.inputs),
             slo: Some(arrival.slo.unwrap_or(self.default_slo)),
+            edge: None,
             reply,
         });
         let this = self.clone();

@@ -87,6 +87,7 @@ pub async fn infer(runtime: &Runtime, model: &str, inputs: Vec<Tensor>) -> Infer
         model: model.into(),
         inputs,
         slo: Some(SLACK_SLO_MS * 1_000_000),
+        edge: None,
     };
     match runtime.controller.send(infer).await.expect("controller") {
         Ok(inferred) => inferred,

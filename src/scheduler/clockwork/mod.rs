@@ -15,6 +15,7 @@
 
 mod infer;
 mod load;
+mod view;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
@@ -410,6 +411,10 @@ impl Policy for ClockworkPolicy {
             }
         }
         wake.map(|w| w.max(now + 1))
+    }
+
+    fn view(&self, model: ModelId, now: Nanos) -> Option<super::view::ModelView> {
+        self.model_view(model, now)
     }
 
     fn snapshot(&self, now: Nanos) -> PolicySnapshot {

@@ -1,0 +1,243 @@
+//! The front end's share of a request's time: where it starts, what it costs, and the
+//! bounded pool that decodes bodies.
+//!
+//! A request's time starts when its head is parsed ([`stamp`], before routing and before
+//! the body is read), not when the controller admits it. The front end's own work
+//! (reading the body, waiting for a decoder, decoding, encoding the answer) is measured per
+//! model and phase ([`FrontTimes`]) and learned like any other estimate, so that the edge
+//! can refuse before reading and the policy can finish early enough for the encoding.
+//! Decoding runs on a [`DecodePool`]: at most `threads` at once, at most `queue` waiting,
+//! and none waits past its deadline's slack.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use actix_web::dev::{Service, ServiceRequest, ServiceResponse};
+use actix_web::{HttpMessage, HttpRequest};
+use tokio::sync::Semaphore;
+
+use crate::model::ModelId;
+use crate::scheduler::Estimator;
+use crate::time::{Clock, Nanos};
+
+/// When a request's head was parsed, in the runtime clock; its deadline counts from here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arrival(pub Nanos);
+
+/// Middleware body: stamps every request's [`Arrival`] before anything else runs.
+pub fn stamp<S, B>(
+    clock: Clock,
+    request: ServiceRequest,
+    service: &S,
+) -> impl Future<Output = Result<ServiceResponse<B>, actix_web::Error>>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
+{
+    request.extensions_mut().insert(Arrival(clock.now()));
+    service.call(request)
+}
+
+/// The request's arrival; a request that bypassed the middleware arrives now.
+pub fn arrival(request: &HttpRequest, clock: &Clock) -> Nanos {
+    let stamped = request.extensions().get::<Arrival>().copied();
+    stamped.map_or_else(|| clock.now(), |a| a.0)
+}
+
+/// The front end's phases, each measured and learned per model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Receiving the body.
+    Read,
+    /// Waiting for a decoder of the pool.
+    Wait,
+    /// Splitting, parsing, validating the body into tensors.
+    Decode,
+    /// Serialising the answer.
+    Encode,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 4] = [Phase::Read, Phase::Wait, Phase::Decode, Phase::Encode];
+
+    /// Its name as a metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Read => "read",
+            Phase::Wait => "wait",
+            Phase::Decode => "decode",
+            Phase::Encode => "encode",
+        }
+    }
+}
+
+/// Where the front end refused a request on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Before reading the body: the model's backlog cannot finish it in time.
+    BeforeReading,
+    /// Its body came too slowly to leave time for the rest.
+    Reading,
+    /// Every decoder was busy past its slack, or too many requests were waiting.
+    Decoding,
+}
+
+impl Stage {
+    /// Its name as a metric label and in messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::BeforeReading => "before_reading",
+            Stage::Reading => "reading",
+            Stage::Decoding => "decoding",
+        }
+    }
+}
+
+/// Measurements kept per model and phase: enough to follow a change of body size or load.
+const WINDOW: usize = 100;
+/// The estimate is this percentile of the window, as the policy's are.
+const PERCENTILE: f64 = 99.0;
+
+/// Learned front-end durations, per model and phase.
+#[derive(Default)]
+pub struct FrontTimes {
+    /// Indexed by model id, then by `Phase as usize`; grows as models are seen.
+    models: Mutex<Vec<[Estimator; 4]>>,
+}
+
+/// What the front end expects a request of a model to cost, per phase.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Expected {
+    pub read: Nanos,
+    pub wait: Nanos,
+    pub decode: Nanos,
+    pub encode: Nanos,
+}
+
+impl FrontTimes {
+    /// Adds a measurement of `phase` for `model`.
+    pub fn observe(&self, model: ModelId, phase: Phase, took: Nanos) {
+        let mut models = self.models.lock().unwrap_or_else(|e| e.into_inner());
+        let at = model.0 as usize;
+        if models.len() <= at {
+            // Unknown until measured: an optimistic zero, replaced by the first measurement.
+            let fresh = || std::array::from_fn(|_| Estimator::new(0, WINDOW, PERCENTILE));
+            models.resize_with(at + 1, fresh);
+        }
+        models[at][phase as usize].observe(took);
+    }
+
+    /// The current estimates for `model` (zeros before any measurement).
+    pub fn expected(&self, model: ModelId) -> Expected {
+        let models = self.models.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(m) = models.get(model.0 as usize) else {
+            return Expected::default();
+        };
+        Expected {
+            read: m[Phase::Read as usize].get(),
+            wait: m[Phase::Wait as usize].get(),
+            decode: m[Phase::Decode as usize].get(),
+            encode: m[Phase::Encode as usize].get(),
+        }
+    }
+}
+
+/// Why the pool did not run a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PoolError {
+    #[error("{0} requests already wait for a decoder")]
+    Full(usize),
+    #[error("no decoder was free within the request's slack")]
+    NoSlack,
+    #[error("the decoding thread failed")]
+    Crashed,
+}
+
+/// Runs decoding jobs on at most `threads` blocking threads at once, with at most `queue`
+/// jobs waiting for one.
+pub struct DecodePool {
+    permits: Arc<Semaphore>,
+    waiting: AtomicUsize,
+    queue: usize,
+}
+
+impl DecodePool {
+    pub fn new(threads: usize, queue: usize) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(threads.max(1))),
+            waiting: AtomicUsize::new(0),
+            queue,
+        }
+    }
+
+    /// Runs `job` once a decoder is free, unless none is free within `slack` (then the
+    /// request could not be decoded in time) or the queue is full.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        slack: std::time::Duration,
+        job: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, PoolError> {
+        let waiting = self.waiting.fetch_add(1, Ordering::AcqRel);
+        let permit = if waiting >= self.queue {
+            Err(PoolError::Full(waiting))
+        } else {
+            let acquire = Arc::clone(&self.permits).acquire_owned();
+            match tokio::time::timeout(slack, acquire).await {
+                Ok(Ok(permit)) => Ok(permit),
+                // The semaphore is never closed; treat it as no slack all the same.
+                Ok(Err(_)) | Err(_) => Err(PoolError::NoSlack),
+            }
+        };
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        let permit = permit?;
+        let result = actix_web::web::block(move || {
+            let _held = permit;
+            job()
+        })
+        .await;
+        result.map_err(|_| PoolError::Crashed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn times_are_learned_per_model_and_phase() {
+        let times = FrontTimes::default();
+        assert_eq!(times.expected(ModelId(3)), Expected::default());
+        times.observe(ModelId(1), Phase::Decode, 7);
+        times.observe(ModelId(1), Phase::Encode, 2);
+        let e = times.expected(ModelId(1));
+        assert_eq!((e.read, e.decode, e.encode), (0, 7, 2));
+        assert_eq!(times.expected(ModelId(0)), Expected::default());
+    }
+
+    #[actix_web::test]
+    async fn a_busy_pool_refuses_past_the_slack_and_past_its_queue() {
+        let pool = Arc::new(DecodePool::new(1, 1));
+        let (hold, release) = std::sync::mpsc::channel::<()>();
+        let busy = {
+            let pool = Arc::clone(&pool);
+            actix_web::rt::spawn(async move {
+                pool.run(Duration::from_secs(5), move || release.recv().is_ok())
+                    .await
+            })
+        };
+        // Let the first job take the only decoder.
+        while pool.permits.available_permits() > 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let waited = pool.run(Duration::from_millis(20), || ()).await;
+        assert_eq!(waited, Err(PoolError::NoSlack));
+        pool.waiting.store(1, Ordering::Release); // one waiter already: the queue is full
+        let full = pool.run(Duration::from_secs(5), || ()).await;
+        assert_eq!(full, Err(PoolError::Full(1)));
+        pool.waiting.store(0, Ordering::Release);
+        hold.send(()).expect("job waits");
+        assert_eq!(busy.await.expect("joined"), Ok(true));
+        assert_eq!(pool.run(Duration::ZERO, || 5).await, Ok(5), "free again");
+    }
+}
