@@ -1,0 +1,151 @@
+//! The edge over real HTTP: a request's time starts when its head arrives, hopeless
+//! requests are refused before their body is read (with `Retry-After`), and a burst over
+//! JSON is answered in time or refused quickly, never queued for seconds.
+
+mod api_support;
+
+use std::time::{Duration, Instant};
+
+use clockwork::api::ApiSettings;
+use clockwork::gpu::profiles;
+use clockwork::model::{BatchLatency, ModelSpec};
+use clockwork::time::MS;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const SLOW: &str = "/v2/models/slow/infer";
+
+/// mlp's tensors, but 10 ms per request and no batching: 100 requests a second.
+fn slow_model() -> ModelSpec {
+    let mut spec = profiles::model("mlp-small", "slow", 100 * MS).expect("built-in profile");
+    spec.profile.batches = vec![BatchLatency {
+        batch: 1,
+        latency: 10 * MS,
+    }];
+    spec
+}
+
+async fn start() -> api_support::TestServer {
+    let config = "[[devices]]\nbackend = \"sim\"\nprofile = \"v100\"\n";
+    api_support::start_with(config, vec![slow_model()], ApiSettings::default()).await
+}
+
+/// Sends until the model answers (the first requests find it cold).
+async fn warm(server: &api_support::TestServer) {
+    let body = api_support::mlp_request(1.0);
+    for _ in 0..100 {
+        if server.post_json(SLOW, &body).await.0 == 200 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the model never became servable");
+}
+
+/// A metric's value summed over the series whose line contains every one of `parts`.
+fn sum(text: &str, parts: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && parts.iter().all(|p| l.contains(p)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[actix_web::test]
+async fn a_body_that_eats_the_objective_is_refused_by_its_deadline() {
+    let server = start().await;
+    warm(&server).await;
+    let body = serde_json::to_vec(&api_support::mlp_request(1.0)).expect("json");
+    let address = server.base.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&address)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST {SLOW} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let started = Instant::now();
+    stream.write_all(head.as_bytes()).await.expect("head");
+    stream.write_all(&body[..10]).await.expect("some body");
+    // The rest comes after the objective is spent.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let _ = stream.write_all(&body[10..]).await; // the server may have answered already
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer).await;
+    let answer = String::from_utf8_lossy(&answer).to_lowercase();
+    assert!(answer.starts_with("http/1.1 503"), "{answer}");
+    assert!(answer.contains("retry-after: "), "{answer}");
+    assert!(answer.contains("deadline_unreachable"), "{answer}");
+    let metrics = String::from_utf8(server.get("/metrics").await.1).expect("text");
+    assert_eq!(
+        sum(&metrics, &["clockwork_edge_refusals", "stage=\"reading\""]),
+        1.0,
+        "refused while reading, by the edge's deadline ({:?} after the head)",
+        started.elapsed()
+    );
+    server.stop().await;
+}
+
+#[actix_web::test]
+async fn a_burst_is_answered_in_time_or_refused_before_decoding() {
+    let server = start().await;
+    warm(&server).await;
+    let body = api_support::mlp_request(1.0);
+    let counts = |text: &str| {
+        let early = sum(text, &["clockwork_edge_refusals", "model=\"slow\""]);
+        let decoded = sum(text, &["clockwork_front_seconds_count", "phase=\"decode\""]);
+        (early, decoded)
+    };
+    let metrics = String::from_utf8(server.get("/metrics").await.1).expect("text");
+    let (early_before, decoded_before) = counts(&metrics);
+    // 6 s of work for a 100 ms objective, in waves so the views have a step to follow.
+    let mut answers = Vec::new();
+    for _ in 0..6 {
+        let wave = (0..100).map(|_| async {
+            let started = Instant::now();
+            let bytes = serde_json::to_vec(&body).expect("json");
+            let (status, headers, _) = server.post_raw(SLOW, &[], bytes).await;
+            (
+                status,
+                headers.contains_key("retry-after"),
+                started.elapsed(),
+            )
+        });
+        answers.extend(futures_util::future::join_all(wave).await);
+    }
+    let ok: Vec<_> = answers.iter().filter(|a| a.0 == 200).collect();
+    let refused: Vec<_> = answers.iter().filter(|a| a.0 == 503).collect();
+    assert_eq!(
+        ok.len() + refused.len(),
+        answers.len(),
+        "only answers or refusals"
+    );
+    assert!(
+        refused.iter().all(|a| a.1),
+        "every refusal says when to retry"
+    );
+    assert!(!ok.is_empty(), "some served");
+    let slowest = answers.iter().map(|a| a.2).max().unwrap_or_default();
+    assert!(
+        slowest < Duration::from_secs(1),
+        "nothing queued: {slowest:?}"
+    );
+    let metrics = String::from_utf8(server.get("/metrics").await.1).expect("text");
+    let (early, decoded) = counts(&metrics);
+    let (early, decoded) = (early - early_before, decoded - decoded_before);
+    let before = sum(
+        &metrics,
+        &["clockwork_edge_refusals", "stage=\"before_reading\""],
+    );
+    assert!(
+        before > 0.0,
+        "the backlog was refused before reading:\n{metrics}"
+    );
+    // Each request was either decoded or refused by the edge, never both.
+    assert_eq!(decoded + early, answers.len() as f64, "{decoded} + {early}");
+    assert_eq!(
+        sum(&metrics, &["clockwork_edge_late"]),
+        0.0,
+        "no answer left after its deadline"
+    );
+    server.stop().await;
+}
