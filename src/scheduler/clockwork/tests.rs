@@ -22,6 +22,7 @@ fn policy(devices: usize, pages: u32, models: usize) -> ClockworkPolicy {
         policy.add_model(ModelInfo {
             pages: RESNET_PAGES,
             profile: spec.profile.clone(),
+            by_kind: Vec::new(),
             devices: None,
         });
     }
