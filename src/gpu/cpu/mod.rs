@@ -283,4 +283,49 @@ mod tests {
         assert!(matches!(err, CpuError::Input(_)), "{err}");
         assert!(ModelPlans::compile(b"junk", &mlp_spec(&[1])).is_err());
     }
+
+    #[test]
+    fn a_load_shares_the_plans_built_at_registration() {
+        let bytes = zoo::build("mlp", zoo::Batch::Dynamic, 1).unwrap();
+        let spec = mlp_spec(&[1, 2]);
+        let plans = Arc::new(ModelPlans::compile(&bytes, &spec).unwrap());
+        let artifact = ModelArtifact {
+            id: ModelId(3),
+            spec: spec.clone(),
+            bytes: Some(Arc::from(&bytes[..])),
+            prepared: crate::gpu::Prepared {
+                cpu: Some(Arc::clone(&plans)),
+            },
+        };
+        // Two devices of different kinds load the one build: no copy, no compilation.
+        let mut one = CpuDevice::new(CpuSettings {
+            pages: 1,
+            threads: 1,
+        });
+        let mut two = CpuDevice::new(CpuSettings {
+            pages: 1,
+            threads: 2,
+        });
+        one.load(&artifact).unwrap();
+        two.load(&artifact).unwrap();
+        assert_eq!(Arc::strong_count(&plans), 4, "the artifact, two devices, here");
+        let item = vec![Tensor::from_f32("input", vec![256], &[0.25; 256])];
+        let job = InferJob {
+            model: ModelId(3),
+            inputs: vec![Arc::new(item)],
+        };
+        let (a, b) = (one.infer(&job).unwrap(), two.infer(&job).unwrap());
+        let (a, b) = (a[0][0].to_f32().unwrap(), b[0][0].to_f32().unwrap());
+        assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-4));
+        one.unload(ModelId(3)).unwrap();
+        assert_eq!(Arc::strong_count(&plans), 3, "UNLOAD drops the device's share");
+        assert!(matches!(one.infer(&job), Err(DeviceError::NotLoaded(_))));
+        // A graph nobody prepared is refused, not compiled on the device thread.
+        let bare = ModelArtifact {
+            prepared: crate::gpu::Prepared::default(),
+            ..artifact
+        };
+        let err = one.load(&bare).unwrap_err().to_string();
+        assert!(err.contains("no cpu plans"), "{err}");
+    }
 }
