@@ -261,6 +261,10 @@ fn served_run(root: &std::path::Path, rate: f64, seconds: u64) -> anyhow::Result
     })
 }
 
+fn us(nanos: f64) -> String {
+    format!("{:.1}", nanos / 1e3)
+}
+
 fn ms(nanos: f64) -> String {
     format!("{:.3}", nanos / 1e6)
 }
@@ -337,7 +341,7 @@ fn load_times(reps: u32) -> anyhow::Result<()> {
         },
     };
     println!("## LOAD on a cpu device, before (plans built on LOAD) and after (built once at registration), {reps} each\n");
-    println!("| model | batch sizes | build p50 ms | build p99 ms | LOAD p50 ms | LOAD p99 ms | build / LOAD (p50) |");
+    println!("| model | batch sizes | build p50 ms | build p99 ms | LOAD p50 µs | LOAD p99 µs | build / LOAD (p50) |");
     println!("| --- | --- | --- | --- | --- | --- | --- |");
     for name in &names {
         let registration = source.prepare(name)?;
@@ -350,7 +354,11 @@ fn load_times(reps: u32) -> anyhow::Result<()> {
             builds.push(begin.elapsed().as_nanos() as f64);
         }
         let build = Summary::of(&builds).expect("at least one build");
-        let plans = registration.prepared.cpu.as_ref().expect("cpu plans prepared");
+        let plans = registration
+            .prepared
+            .cpu
+            .as_ref()
+            .expect("cpu plans prepared");
         let settings = ProfileSettings {
             loads: reps.max(1),
             ..Default::default()
@@ -362,8 +370,8 @@ fn load_times(reps: u32) -> anyhow::Result<()> {
             sizes.join(","),
             ms(build.p50),
             ms(build.p99),
-            ms(load.p50),
-            ms(load.p99),
+            us(load.p50),
+            us(load.p99),
             build.p50 / load.p50.max(1.0)
         );
     }

@@ -180,7 +180,10 @@ fn each_device_kind_gets_its_own_stored_profile() {
     let kinds: Vec<&str> = prepared.profiles.iter().map(|p| p.kind.as_str()).collect();
     assert_eq!(kinds, ["cpu", "cpu-2t"], "one profile per distinct kind");
     let seeds = prepared.kind_profiles();
-    assert_eq!(seeds[0].profile, prepared.spec.profile, "the first is the fallback");
+    assert_eq!(
+        seeds[0].profile, prepared.spec.profile,
+        "the first is the fallback"
+    );
     assert_eq!(seeds[1].profile, prepared.profiles[1].profile.seed());
     // One build serves every kind; its LOAD is the cheap one, not the build.
     let plans = prepared.prepared.cpu.as_ref().expect("plans built");

@@ -271,7 +271,10 @@ mod tests {
             batched[1][0].to_f32().unwrap(),
         );
         assert!(p.iter().zip(&s).all(|(x, y)| (x - y).abs() < 1e-4));
-        assert!(plans.run(&[refs[0]; 5], &one).is_err(), "no plan holds five");
+        assert!(
+            plans.run(&[refs[0]; 5], &one).is_err(),
+            "no plan holds five"
+        );
     }
 
     #[test]
@@ -308,7 +311,11 @@ mod tests {
         });
         one.load(&artifact).unwrap();
         two.load(&artifact).unwrap();
-        assert_eq!(Arc::strong_count(&plans), 4, "the artifact, two devices, here");
+        assert_eq!(
+            Arc::strong_count(&plans),
+            4,
+            "the artifact, two devices, here"
+        );
         let item = vec![Tensor::from_f32("input", vec![256], &[0.25; 256])];
         let job = InferJob {
             model: ModelId(3),
@@ -318,7 +325,11 @@ mod tests {
         let (a, b) = (a[0][0].to_f32().unwrap(), b[0][0].to_f32().unwrap());
         assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-4));
         one.unload(ModelId(3)).unwrap();
-        assert_eq!(Arc::strong_count(&plans), 3, "UNLOAD drops the device's share");
+        assert_eq!(
+            Arc::strong_count(&plans),
+            3,
+            "UNLOAD drops the device's share"
+        );
         assert!(matches!(one.infer(&job), Err(DeviceError::NotLoaded(_))));
         // A graph nobody prepared is refused, not compiled on the device thread.
         let bare = ModelArtifact {
