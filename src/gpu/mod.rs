@@ -52,8 +52,8 @@ pub struct BackendInfo {
     /// Whether results are emulated rather than computed; every response says so, and
     /// real graphs are placed on such a device only if their configuration asks for it.
     pub emulated: bool,
-    /// Whether it builds a model from its graph (ONNX bytes) on LOAD: a model with only a
-    /// profile cannot be placed on it.
+    /// Whether it serves a model from its graph (ONNX bytes, prepared at registration): a
+    /// model with only a profile cannot be placed on it.
     pub needs_graph: bool,
 }
 
