@@ -10,6 +10,12 @@
 //!
 //! `cargo bench --bench cpu -- [runs] [rate] [seconds]` (defaults 200, 300, 20).
 //! Markdown tables go to stdout, the numbers as JSON to target/bench-cpu.json.
+//!
+//! `cargo bench --bench cpu -- load [reps]` (default 10) measures instead what a LOAD
+//! costs, in the same run: building the plans from the ONNX bytes (what every LOAD did
+//! before plans were built once at registration) against the LOAD a device does now
+//! (taking the shared plans), for the zoo and, if `scripts/onnx_testdata.sh` fetched it,
+//! the onnx wheel's squeezenet.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -18,8 +24,8 @@ use clockwork::actors::messages::{InferResult, Submit};
 use clockwork::actors::{Placement, RuntimeBuilder};
 use clockwork::config::Config;
 use clockwork::events::Event;
-use clockwork::gpu::cpu::profile::{sample_item, time_batches};
-use clockwork::gpu::cpu::ModelPlans;
+use clockwork::gpu::cpu::profile::{sample_item, time_batches, time_loads, ProfileSettings};
+use clockwork::gpu::cpu::{executor, ModelPlans};
 use clockwork::model::ModelSpec;
 use clockwork::repository::{zoo, PrepareSettings, Repository, RepositorySource};
 use clockwork::stats::Summary;
@@ -63,6 +69,10 @@ fn main() -> anyhow::Result<()> {
         .skip(1)
         .filter(|a| a != "--bench")
         .collect();
+    if args.first().map(String::as_str) == Some("load") {
+        let reps: u32 = args.get(1).map_or(Ok(10), |a| a.parse())?;
+        return load_times(reps);
+    }
     let runs: u32 = args.first().map_or(Ok(200), |a| a.parse())?;
     let rate: f64 = args.get(1).map_or(Ok(300.0), |a| a.parse())?;
     let seconds: u64 = args.get(2).map_or(Ok(20), |a| a.parse())?;
@@ -92,7 +102,7 @@ fn prepare(root: &std::path::Path) -> anyhow::Result<Vec<ModelSpec>> {
         repository: Repository::new(root),
         settings: PrepareSettings {
             default_slo: Duration::from_millis(100),
-            kind: "cpu".into(),
+            threads: vec![1],
             profiling: clockwork::gpu::cpu::profile::ProfileSettings {
                 runs: 3,
                 warmup: 1,
@@ -117,8 +127,8 @@ fn execution_times(
         let bytes = std::fs::read(root.join(&spec.name).join("1/model.onnx"))?;
         let spec = spec.clone();
         let measured = std::thread::spawn(move || -> anyhow::Result<Vec<ExecRow>> {
-            let plans = ModelPlans::compile(&bytes, &spec, None)?;
-            let batches = time_batches(&plans, &spec.inputs, 10, runs)?;
+            let plans = ModelPlans::compile(&bytes, &spec)?;
+            let batches = time_batches(&plans, &spec.inputs, (10, runs), &executor(1))?;
             Ok(batches
                 .into_iter()
                 .map(|b| ExecRow {
@@ -252,6 +262,10 @@ fn served_run(root: &std::path::Path, rate: f64, seconds: u64) -> anyhow::Result
     })
 }
 
+fn us(nanos: f64) -> String {
+    format!("{:.1}", nanos / 1e3)
+}
+
 fn ms(nanos: f64) -> String {
     format!("{:.3}", nanos / 1e6)
 }
@@ -297,4 +311,71 @@ fn print_served(s: &Served) {
             r.error.p99 / r.measured.p50
         );
     }
+}
+
+/// Where `scripts/onnx_testdata.sh` leaves the onnx wheel's squeezenet.
+const SQUEEZENET: &str = "target/onnx-testdata/onnx/backend/test/data/light/light_squeezenet.onnx";
+
+/// LOAD before and after, same run: `reps` plan builds (the old LOAD) and `reps` LOADs of
+/// the shared plans onto a single-threaded cpu device (the new one), per model.
+fn load_times(reps: u32) -> anyhow::Result<()> {
+    let root = std::env::temp_dir().join(format!("clockwork-bench-load-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    zoo::write_missing(&root)?;
+    let mut names: Vec<String> = zoo::MODELS.iter().map(|m| m.to_string()).collect();
+    if std::path::Path::new(SQUEEZENET).exists() {
+        let dir = root.join("squeezenet").join("1");
+        std::fs::create_dir_all(&dir)?;
+        std::fs::copy(SQUEEZENET, dir.join("model.onnx"))?;
+        names.push("squeezenet".into());
+    }
+    let source = RepositorySource {
+        repository: Repository::new(&root),
+        settings: PrepareSettings {
+            default_slo: Duration::from_millis(100),
+            threads: vec![1],
+            profiling: ProfileSettings {
+                runs: 1,
+                warmup: 0,
+                ..Default::default()
+            },
+        },
+    };
+    println!("## LOAD on a cpu device, before (plans built on LOAD) and after (built once at registration), {reps} each\n");
+    println!("| model | batch sizes | build p50 ms | build p99 ms | LOAD p50 µs | LOAD p99 µs | build / LOAD (p50) |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    for name in &names {
+        let registration = source.prepare(name)?;
+        let spec = &registration.spec;
+        let bytes = &registration.bytes;
+        let mut builds = Vec::new();
+        for _ in 0..reps.max(1) {
+            let begin = std::time::Instant::now();
+            std::hint::black_box(ModelPlans::compile(bytes, spec)?);
+            builds.push(begin.elapsed().as_nanos() as f64);
+        }
+        let build = Summary::of(&builds).expect("at least one build");
+        let plans = registration
+            .prepared
+            .cpu
+            .as_ref()
+            .expect("cpu plans prepared");
+        let settings = ProfileSettings {
+            loads: reps.max(1),
+            ..Default::default()
+        };
+        let load = time_loads(plans, spec, settings)?;
+        let sizes: Vec<String> = plans.batches().map(|b| b.to_string()).collect();
+        println!(
+            "| {name} | {} | {} | {} | {} | {} | {:.0} |",
+            sizes.join(","),
+            ms(build.p50),
+            ms(build.p99),
+            us(load.p50),
+            us(load.p99),
+            build.p50 / load.p50.max(1.0)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    Ok(())
 }

@@ -48,6 +48,7 @@ fn main() {
         policy.add_model(ModelInfo {
             pages,
             profile: spec.profile.clone(),
+            by_kind: Vec::new(),
             devices: None,
         });
     }

@@ -296,30 +296,30 @@ fn models(command: ModelsCommand) -> anyhow::Result<()> {
             Ok(())
         }
         ModelsCommand::Profile { dir, runs, threads } => {
-            let cpu = clockwork::gpu::cpu::CpuSettings { pages: 0, threads };
             let source = RepositorySource {
                 repository: Repository::new(&dir),
                 settings: PrepareSettings {
                     default_slo: Duration::from_millis(100),
-                    kind: cpu.kind(),
+                    threads: vec![threads],
                     profiling: clockwork::gpu::cpu::profile::ProfileSettings {
-                        threads,
                         runs,
                         ..Default::default()
                     },
                 },
             };
             let mut failed = 0;
-            println!("| model | version | batch | p50 ms | p99 ms | CV | load ms | memory MB |");
-            println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+            println!("| model | version | batch | p50 ms | p99 ms | CV | build ms | load ms | memory MB |");
+            println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
             for name in source.repository.names()? {
                 match source.prepare(&name) {
                     Ok(r) => {
-                        let (load, memory) = (r.profile.load.p50 / 1e6, r.profile.weight_bytes);
-                        for b in &r.profile.batches {
+                        let profile = r.profile();
+                        let (load, memory) = (profile.load.p50 / 1e6, profile.weight_bytes);
+                        let build = r.build as f64 / 1e6;
+                        for b in &profile.batches {
                             let l = &b.latency;
                             println!(
-                                "| {name} | {} | {} | {:.3} | {:.3} | {:.3} | {load:.1} | {:.1} |",
+                                "| {name} | {} | {} | {:.3} | {:.3} | {:.3} | {build:.1} | {load:.3} | {:.1} |",
                                 r.spec.version,
                                 b.batch,
                                 l.p50 / 1e6,

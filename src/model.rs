@@ -121,6 +121,16 @@ impl ModelProfile {
     }
 }
 
+/// A model's profile as measured on one kind of device: estimates on devices of that
+/// kind start from it (timing differs between kinds, e.g. cpu devices of different
+/// thread counts).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KindProfile {
+    /// The device kind (`BackendInfo::kind`) it was measured on.
+    pub kind: String,
+    pub profile: ModelProfile,
+}
+
 /// Everything the runtime knows about a registered model.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModelSpec {

@@ -51,6 +51,7 @@ fn rig(pages: u32) -> Rig {
             id,
             spec,
             bytes: None,
+            prepared: Default::default(),
         });
     }
     let (tx, reports) = mpsc::unbounded_channel();

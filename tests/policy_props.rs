@@ -87,6 +87,7 @@ fn run_policy<P: Policy>(mut policy: P, scenario: &Scenario, factor: f64) -> Rep
         policy.add_model(ModelInfo {
             pages: *pages,
             profile: profile.clone(),
+            by_kind: Vec::new(),
             devices: None,
         });
     }

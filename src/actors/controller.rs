@@ -496,6 +496,8 @@ impl Controller {
         let candidate = Candidate {
             spec: message.spec,
             bytes: message.bytes,
+            prepared: message.prepared,
+            profiles: message.profiles,
             backends: message.backends,
         };
         let model = self

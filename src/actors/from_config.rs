@@ -57,14 +57,12 @@ impl RuntimeBuilder {
         config: &Config,
         repository: &RepositoryConfig,
     ) -> Result<Self, StartError> {
-        let cpu = cpu_settings(config);
         let source = RepositorySource {
             repository: Repository::new(&repository.path),
             settings: PrepareSettings {
                 default_slo: config.runtime.default_slo,
-                kind: cpu.kind(),
+                threads: cpu_threads(config),
                 profiling: ProfileSettings {
-                    threads: cpu.threads,
                     warmup: repository.profile_warmup,
                     runs: repository.profile_runs,
                     ..ProfileSettings::default()
@@ -134,33 +132,36 @@ fn device(
     }
 }
 
-/// The settings of the first cpu group (profiles are measured as those devices run).
-fn cpu_settings(config: &Config) -> CpuSettings {
-    let group = config
+/// The threads of every cpu group, in order: models are profiled once per distinct count
+/// (each is a device kind of its own), as those devices run.
+fn cpu_threads(config: &Config) -> Vec<usize> {
+    config
         .devices
         .iter()
-        .find(|g| g.backend == BackendKind::Cpu);
-    CpuSettings {
-        pages: group.and_then(|g| g.pages).unwrap_or(DEFAULT_CPU_PAGES),
-        threads: group.map_or(1, |g| g.cpu.threads),
-    }
+        .filter(|g| g.backend == BackendKind::Cpu)
+        .map(|g| g.cpu.threads)
+        .collect()
 }
 
 fn log_prepared(registration: &Registration) {
     let spec = &registration.spec;
-    let batches: Vec<String> = registration
-        .profile
-        .batches
-        .iter()
-        .map(|b| format!("{}:{:.2}ms", b.batch, b.latency.p50 / 1e6))
-        .collect();
-    tracing::info!(
-        model = %spec.name,
-        version = spec.version,
-        weight_bytes = spec.profile.weight_bytes,
-        load_ms = format!("{:.1}", registration.profile.load.p50 / 1e6),
-        batches = %batches.join(" "),
-        profile = if registration.reused_profile { "stored" } else { "measured" },
-        "model prepared"
-    );
+    for measured in &registration.profiles {
+        let profile = &measured.profile;
+        let batches: Vec<String> = profile
+            .batches
+            .iter()
+            .map(|b| format!("{}:{:.2}ms", b.batch, b.latency.p50 / 1e6))
+            .collect();
+        tracing::info!(
+            model = %spec.name,
+            version = spec.version,
+            kind = %measured.kind,
+            weight_bytes = spec.profile.weight_bytes,
+            build_ms = format!("{:.1}", registration.build as f64 / 1e6),
+            load_ms = format!("{:.3}", profile.load.p50 / 1e6),
+            batches = %batches.join(" "),
+            profile = if measured.reused { "stored" } else { "measured" },
+            "model prepared"
+        );
+    }
 }

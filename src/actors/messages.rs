@@ -13,8 +13,8 @@ use serde::Serialize;
 
 use super::eligibility::IneligibleModel;
 use crate::config::BackendKind;
-use crate::gpu::ModelArtifact;
-use crate::model::{DeviceId, ModelId, ModelSpec, RequestId};
+use crate::gpu::{ModelArtifact, Prepared};
+use crate::model::{DeviceId, KindProfile, ModelId, ModelSpec, RequestId};
 use crate::outcome::Outcome;
 use crate::scheduler::{ActionError, Measured, PolicySnapshot, Refusal};
 use crate::tensor::Tensor;
@@ -154,6 +154,8 @@ pub struct RegisterArtifact {
     pub spec: ModelSpec,
     /// Its graph, for devices that need one.
     pub bytes: Option<Arc<[u8]>>,
+    /// What the backends built from the graph at registration, shared by their devices.
+    pub prepared: Prepared,
 }
 
 /// Registers a model while serving (a repository load): the controller's registry gives
@@ -165,6 +167,11 @@ pub struct RegisterModel {
     pub spec: ModelSpec,
     /// The graph, for real devices.
     pub bytes: Option<Arc<[u8]>>,
+    /// What the backends built from the graph (the repository built it, off the
+    /// controller's thread).
+    pub prepared: Prepared,
+    /// Profiles measured per device kind; kinds without one start from `spec.profile`.
+    pub profiles: Vec<KindProfile>,
     /// Backends allowed to serve it; `None`: any.
     pub backends: Option<Vec<BackendKind>>,
 }

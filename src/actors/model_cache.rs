@@ -26,6 +26,7 @@ impl ModelCache {
             id: message.id,
             spec: message.spec,
             bytes: message.bytes,
+            prepared: message.prepared,
         };
         self.artifacts.insert(message.id, Arc::new(artifact));
     }

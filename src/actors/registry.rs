@@ -14,7 +14,8 @@ use std::sync::{Arc, RwLock};
 use super::eligibility::{eligible_devices, DeviceFacts, ModelFacts};
 use super::messages::{RegisterArtifact, RegisterError};
 use crate::config::BackendKind;
-use crate::model::{DeviceId, ModelId, ModelSpec};
+use crate::gpu::Prepared;
+use crate::model::{DeviceId, KindProfile, ModelId, ModelSpec};
 use crate::scheduler::{ModelInfo, Policy};
 
 /// Something asking to be registered.
@@ -23,8 +24,26 @@ pub struct Candidate {
     pub spec: ModelSpec,
     /// The graph (ONNX bytes), for devices that compute real outputs.
     pub bytes: Option<Arc<[u8]>>,
+    /// What the backends built from the graph, shared by every device that loads it.
+    pub prepared: Prepared,
+    /// Profiles measured per device kind; kinds without one start from `spec.profile`.
+    pub profiles: Vec<KindProfile>,
     /// Backends its configuration allows; `None`: the default placement.
     pub backends: Option<Vec<BackendKind>>,
+}
+
+impl Candidate {
+    /// A model described by its spec alone (built-in profiles, tests): nothing prepared,
+    /// one profile for every kind.
+    pub fn spec_only(spec: ModelSpec) -> Self {
+        Self {
+            spec,
+            bytes: None,
+            prepared: Prepared::default(),
+            profiles: Vec::new(),
+            backends: None,
+        }
+    }
 }
 
 /// A registered model, as every part that needs it sees it.
@@ -34,6 +53,10 @@ pub struct Registered {
     pub spec: ModelSpec,
     /// Its graph, kept for the model cache.
     pub bytes: Option<Arc<[u8]>>,
+    /// What the backends built from the graph, kept for the model cache.
+    pub prepared: Prepared,
+    /// Profiles measured per device kind, for the policy's estimates.
+    pub profiles: Vec<KindProfile>,
     /// Pages its weights take on a device.
     pub pages: u32,
     /// Devices that may hold it; `None`: every device.
@@ -50,6 +73,7 @@ impl Registered {
         ModelInfo {
             pages: self.pages,
             profile: self.spec.profile.clone(),
+            by_kind: self.profiles.clone(),
             devices: self.devices.clone(),
         }
     }
@@ -93,6 +117,8 @@ impl Catalog {
             devices,
             spec: candidate.spec,
             bytes: candidate.bytes,
+            prepared: candidate.prepared,
+            profiles: candidate.profiles,
         })
     }
 
@@ -208,6 +234,7 @@ impl Registry {
             id: model.id,
             spec: model.spec.clone(),
             bytes: model.bytes.clone(),
+            prepared: model.prepared.clone(),
         });
         self.table.publish(Arc::clone(&model));
         Ok(model)
@@ -231,11 +258,7 @@ mod tests {
     };
 
     fn candidate(name: &str) -> Candidate {
-        Candidate {
-            spec: profiles::model("resnet50", name, 1).expect("built-in profile"),
-            bytes: None,
-            backends: None,
-        }
+        Candidate::spec_only(profiles::model("resnet50", name, 1).expect("built-in profile"))
     }
 
     #[test]
@@ -319,6 +342,7 @@ mod tests {
         policy.add_model(ModelInfo {
             pages: 1,
             profile: stray.spec.profile,
+            by_kind: Vec::new(),
             devices: None,
         });
         let err = registry

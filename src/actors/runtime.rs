@@ -127,11 +127,7 @@ impl RuntimeBuilder {
     /// custom backends serve it.
     pub fn model(mut self, spec: ModelSpec) -> Self {
         self.models.push(ModelEntry {
-            candidate: Candidate {
-                spec,
-                bytes: None,
-                backends: None,
-            },
+            candidate: Candidate::spec_only(spec),
             refusable: false,
         });
         self
@@ -142,8 +138,10 @@ impl RuntimeBuilder {
     pub fn registered(mut self, registration: Registration) -> Self {
         self.models.push(ModelEntry {
             candidate: Candidate {
+                profiles: registration.kind_profiles(),
                 spec: registration.spec,
                 bytes: Some(registration.bytes),
+                prepared: registration.prepared,
                 backends: registration.backends,
             },
             refusable: true,

@@ -169,8 +169,10 @@ async fn register(state: &ApiState, name: String) -> Result<(), ApiError> {
         }
     };
     let message = RegisterModel {
+        profiles: registration.kind_profiles(),
         spec: registration.spec,
         bytes: Some(registration.bytes),
+        prepared: registration.prepared,
         backends: registration.backends,
     };
     let registered = state

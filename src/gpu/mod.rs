@@ -52,18 +52,35 @@ pub struct BackendInfo {
     /// Whether results are emulated rather than computed; every response says so, and
     /// real graphs are placed on such a device only if their configuration asks for it.
     pub emulated: bool,
-    /// Whether it builds a model from its graph (ONNX bytes) on LOAD: a model with only a
-    /// profile cannot be placed on it.
+    /// Whether it serves a model from its graph (ONNX bytes, prepared at registration): a
+    /// model with only a profile cannot be placed on it.
     pub needs_graph: bool,
 }
 
-/// A model as a device receives it on LOAD: its description and whatever bytes the
-/// backend prepares from (none for an emulated device).
+/// A model as a device receives it on LOAD: its description, its graph, and what each
+/// backend prepared from the graph at registration (none for an emulated device).
 #[derive(Clone, Debug)]
 pub struct ModelArtifact {
     pub id: ModelId,
     pub spec: ModelSpec,
+    /// The ONNX graph, kept for backends that would build from it.
     pub bytes: Option<Arc<[u8]>>,
+    /// What the backends built from the graph once, in host memory; a LOAD only makes it
+    /// resident on one device.
+    pub prepared: Prepared,
+}
+
+/// What the backends prepare from a model's graph once, at registration, in host memory,
+/// shared (`Arc`) by every device that loads the model, so that a LOAD costs what a
+/// weight copy costs rather than a compilation. One field per backend that prepares
+/// something (a cuda backend would add its own, e.g. its serialised engines); a backend
+/// whose field is empty refuses the LOAD.
+#[derive(Clone, Debug, Default)]
+pub struct Prepared {
+    /// The cpu backend's optimised tract plans, one per batch size. They depend only on
+    /// the graph and the batch sizes (a device picks its threads when it runs them), so
+    /// one build serves every cpu device of every kind.
+    pub cpu: Option<Arc<cpu::ModelPlans>>,
 }
 
 /// One batch to execute: the inputs of each request, in batch order.

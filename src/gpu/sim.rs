@@ -269,6 +269,7 @@ mod tests {
             id: ModelId(0),
             spec: profiles::model("resnet50", "r", 100 * MS).unwrap(),
             bytes: None,
+            prepared: Default::default(),
         })
     }
 

@@ -242,6 +242,7 @@ mod tests {
             id: ModelId(0),
             spec: profiles::model("mlp-small", "m", 1).unwrap(),
             bytes: None,
+            prepared: Default::default(),
         });
         let job = InferJob {
             model: ModelId(0),

@@ -1,43 +1,115 @@
 //! From a stored model to a registration: the spec the runtime serves (tensors from the
-//! graph, checked against the configuration; batch sizes; objective) and its profile,
-//! measured on this CPU or reused from `profile.json`.
+//! graph, checked against the configuration; batch sizes; objective), the cpu plans built
+//! once for every device, and a profile per device kind, measured on this CPU or reused
+//! from `profile.json`.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::store::{self, ProfileKey, StoredProfile};
 use super::{RepositoryError, StoredModel};
 use crate::config::BackendKind;
 use crate::gpu::cpu::graph::{BatchDim, GraphInput, Signature};
 use crate::gpu::cpu::profile::{self, MeasuredProfile, ProfileSettings};
-use crate::gpu::cpu::CpuError;
-use crate::model::{BatchLatency, DataType, ModelProfile, ModelSpec, TensorSpec};
-use crate::time::nanos;
+use crate::gpu::cpu::{CpuError, CpuSettings, ModelPlans};
+use crate::gpu::Prepared;
+use crate::model::{BatchLatency, DataType, KindProfile, ModelProfile, ModelSpec, TensorSpec};
+use crate::time::{nanos, Nanos};
 
 /// What preparing a model needs to know.
 #[derive(Clone, Debug)]
 pub struct PrepareSettings {
     /// Objective of models whose configuration names none.
     pub default_slo: Duration,
-    /// Kind of the cpu devices the profile is measured for.
-    pub kind: String,
+    /// Threads of each cpu device group that may serve the models. Each distinct count
+    /// is a device kind of its own (`CpuSettings::kind`: timing differs) and gets its own
+    /// profile, the first one also serving as the fallback for other kinds; empty: one
+    /// single-threaded kind.
+    pub threads: Vec<usize>,
+    /// Warm-up, runs and loads of each profile; its `threads` is set per kind.
     pub profiling: ProfileSettings,
+}
+
+impl PrepareSettings {
+    /// The distinct kinds to profile for, in the order first named: each kind's name and
+    /// its profiling settings.
+    pub fn kinds(&self) -> Vec<(String, ProfileSettings)> {
+        let mut threads: Vec<usize> = Vec::new();
+        for &t in &self.threads {
+            if !threads.contains(&t.max(1)) {
+                threads.push(t.max(1));
+            }
+        }
+        if threads.is_empty() {
+            threads.push(1);
+        }
+        threads
+            .into_iter()
+            .map(|threads| {
+                let kind = CpuSettings { pages: 0, threads }.kind();
+                let settings = ProfileSettings {
+                    threads,
+                    ..self.profiling
+                };
+                (kind, settings)
+            })
+            .collect()
+    }
+}
+
+/// A model's profile on one device kind, as measured (or reused).
+#[derive(Clone, Debug)]
+pub struct MeasuredKind {
+    /// The device kind (`cpu`, `cpu-4t`).
+    pub kind: String,
+    pub profile: MeasuredProfile,
+    /// It came from `profile.json` rather than a new measurement.
+    pub reused: bool,
 }
 
 /// A model ready to register.
 #[derive(Clone, Debug)]
 pub struct Registration {
+    /// Its spec; the profile in it is the first kind's (the fallback for other kinds).
     pub spec: ModelSpec,
     pub bytes: Arc<[u8]>,
     /// Backends allowed to serve it (`None`: any).
     pub backends: Option<Vec<BackendKind>>,
-    pub profile: MeasuredProfile,
-    /// The profile came from `profile.json` rather than a new measurement.
-    pub reused_profile: bool,
+    /// The cpu plans, built once here and shared by every cpu device that loads it.
+    pub prepared: Prepared,
+    /// How long building the plans took, in nanoseconds (what every LOAD cost when each
+    /// device built its own).
+    pub build: Nanos,
+    /// One profile per device kind of the settings, in their order (never empty).
+    pub profiles: Vec<MeasuredKind>,
 }
 
-/// Reads the graph, resolves the configuration against it, and profiles it (or reuses
-/// the stored profile). Every refusal names the model and the problem.
+impl Registration {
+    /// The first kind's profile, the one in the spec.
+    pub fn profile(&self) -> &MeasuredProfile {
+        &self.profiles[0].profile
+    }
+
+    /// Whether every kind's profile came from `profile.json`.
+    pub fn reused_profile(&self) -> bool {
+        self.profiles.iter().all(|p| p.reused)
+    }
+
+    /// The seed of each kind's estimates.
+    pub fn kind_profiles(&self) -> Vec<KindProfile> {
+        self.profiles
+            .iter()
+            .map(|p| KindProfile {
+                kind: p.kind.clone(),
+                profile: p.profile.seed(),
+            })
+            .collect()
+    }
+}
+
+/// Reads the graph, resolves the configuration against it, builds its cpu plans and
+/// profiles it per device kind (or reuses the stored profiles). Every refusal names the
+/// model and the problem.
 pub fn prepare(
     stored: &StoredModel,
     settings: &PrepareSettings,
@@ -85,19 +157,27 @@ pub fn prepare(
         batched,
         version: stored.version,
     };
-    let (profile, reused_profile) =
-        profile_of(stored, &spec, settings, &batch_sizes).map_err(graph)?;
+    let begin = Instant::now();
+    let plans = Arc::new(ModelPlans::compile(&stored.bytes, &spec).map_err(graph)?);
+    let build = nanos(begin.elapsed());
     if let Some(declared) = &config.outputs {
-        agree("outputs", declared, &profile.outputs).map_err(config_error)?;
+        agree("outputs", declared, plans.outputs()).map_err(config_error)?;
     }
-    spec.outputs = profile.outputs.clone();
-    spec.profile = profile.seed();
+    spec.outputs = plans.outputs().to_vec();
+    let profiles = settings
+        .kinds()
+        .into_iter()
+        .map(|(kind, profiling)| profile_of(stored, &spec, &plans, (kind, profiling)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(graph)?;
+    spec.profile = profiles[0].profile.seed();
     Ok(Registration {
         spec,
         bytes: Arc::clone(&stored.bytes),
         backends: config.backends.clone(),
-        profile,
-        reused_profile,
+        prepared: Prepared { cpu: Some(plans) },
+        build,
+        profiles,
     })
 }
 
@@ -163,30 +243,40 @@ fn describe(tensors: &[TensorSpec]) -> String {
     format!("[{}]", parts.join(", "))
 }
 
-/// The stored profile if it still applies, else a new measurement (then stored).
+/// The profile of `kind` stored for this graph if it still applies, else a new
+/// measurement of `plans` (then stored beside the other kinds').
 fn profile_of(
     stored: &StoredModel,
     spec: &ModelSpec,
-    settings: &PrepareSettings,
-    batch_sizes: &[u32],
-) -> Result<(MeasuredProfile, bool), CpuError> {
+    plans: &Arc<ModelPlans>,
+    (kind, profiling): (String, ProfileSettings),
+) -> Result<MeasuredKind, CpuError> {
+    let batch_sizes: Vec<u32> = spec.profile.batches.iter().map(|b| b.batch).collect();
     let key = ProfileKey {
         graph_hash: store::graph_hash(&stored.bytes),
-        kind: &settings.kind,
-        settings: settings.profiling,
-        batch_sizes,
+        kind: &kind,
+        settings: profiling,
+        batch_sizes: &batch_sizes,
     };
     if let Some(found) = store::load(&stored.dir, &key) {
-        return Ok((found.profile, true));
+        return Ok(MeasuredKind {
+            kind,
+            profile: found.profile,
+            reused: true,
+        });
     }
-    let measured = profile::measure(&stored.bytes, spec, settings.profiling)?;
+    let measured = profile::measure(plans, spec, profiling)?;
     let record = StoredProfile {
         graph_hash: key.graph_hash,
-        kind: settings.kind.clone(),
-        settings: settings.profiling,
-        batch_sizes: batch_sizes.to_vec(),
+        kind: kind.clone(),
+        settings: profiling,
+        batch_sizes,
         profile: measured.clone(),
     };
-    store::save(&stored.dir, &record);
-    Ok((measured, false))
+    store::save(&stored.dir, record);
+    Ok(MeasuredKind {
+        kind,
+        profile: measured,
+        reused: false,
+    })
 }

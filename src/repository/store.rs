@@ -1,9 +1,11 @@
-//! Profiles stored beside the model (`<version>/profile.json`), so that a restart serves
-//! at once instead of profiling again.
+//! Profiles stored beside the model (`<version>/profile.json`, a list with one record per
+//! device kind), so that a restart serves at once instead of profiling again.
 //!
-//! A stored profile is reused only if it was measured for the same graph bytes (by hash),
-//! the same device kind, the same profiling settings and the same batch sizes; anything
-//! else measures anew and overwrites it.
+//! A kind's stored profile is reused only if it was measured for the same graph bytes (by
+//! hash), the same device kind, the same profiling settings and the same batch sizes;
+//! anything else measures anew and replaces that kind's record, leaving the other kinds'.
+//! A file of another shape (the single record of earlier versions, whose load time was a
+//! plan build) counts as absent.
 
 use std::path::Path;
 
@@ -42,19 +44,29 @@ pub struct ProfileKey<'a> {
     pub batch_sizes: &'a [u32],
 }
 
-/// The stored profile of the version in `dir`, if there is one that matches `key`. A
-/// file that cannot be read or parsed counts as absent (it will be measured again).
-pub fn load(dir: &Path, key: &ProfileKey<'_>) -> Option<StoredProfile> {
-    let text = std::fs::read_to_string(dir.join(PROFILE_FILE)).ok()?;
-    let stored: StoredProfile = serde_json::from_str(&text).ok()?;
-    stored.matches(key).then_some(stored)
+/// Every stored profile of the version in `dir`. A file that cannot be read or parsed
+/// counts as empty (its kinds will be measured again).
+pub fn load_all(dir: &Path) -> Vec<StoredProfile> {
+    std::fs::read_to_string(dir.join(PROFILE_FILE))
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default()
 }
 
-/// Writes the profile beside the model. Failing to write (a read-only repository) only
-/// costs a new measurement next time, so it is logged, not fatal.
-pub fn save(dir: &Path, stored: &StoredProfile) {
+/// The stored profile of the version in `dir` that matches `key`, if there is one.
+pub fn load(dir: &Path, key: &ProfileKey<'_>) -> Option<StoredProfile> {
+    load_all(dir).into_iter().find(|s| s.matches(key))
+}
+
+/// Stores `record` beside the model, replacing the record of its kind. Failing to write
+/// (a read-only repository) only costs a new measurement next time, so it is logged, not
+/// fatal.
+pub fn save(dir: &Path, record: StoredProfile) {
+    let mut all = load_all(dir);
+    all.retain(|s| s.kind != record.kind);
+    all.push(record);
     let path = dir.join(PROFILE_FILE);
-    let written = serde_json::to_string_pretty(stored)
+    let written = serde_json::to_string_pretty(&all)
         .map_err(std::io::Error::other)
         .and_then(|text| std::fs::write(&path, text));
     if let Err(error) = written {

@@ -31,7 +31,7 @@ impl Drop for TempRoot {
 fn quick() -> PrepareSettings {
     PrepareSettings {
         default_slo: Duration::from_millis(100),
-        kind: "cpu".into(),
+        threads: vec![1],
         profiling: ProfileSettings {
             threads: 1,
             warmup: 1,
@@ -70,15 +70,15 @@ fn the_zoo_is_written_read_and_prepared() {
         held >= 5 * weights && held < 5 * weights * 11 / 10,
         "{held}"
     );
-    assert!(!prepared.reused_profile);
+    assert!(!prepared.reused_profile());
     // A restart reuses the stored profile.
     let again = prepare(&repository.read("mlp").unwrap(), &quick()).unwrap();
-    assert!(again.reused_profile);
+    assert!(again.reused_profile());
     assert_eq!(again.spec, prepared.spec);
     // A changed graph is profiled anew.
     zoo::write(&root.0, "mlp", zoo::Batch::Dynamic, 7).unwrap();
     let changed = prepare(&repository.read("mlp").unwrap(), &quick()).unwrap();
-    assert!(!changed.reused_profile);
+    assert!(!changed.reused_profile());
 }
 
 #[test]
@@ -165,4 +165,55 @@ fn the_configured_version_is_served() {
         repository.read("mlp"),
         Err(RepositoryError::MissingVersion { version: 2, .. })
     ));
+}
+
+#[test]
+fn each_device_kind_gets_its_own_stored_profile() {
+    let root = TempRoot::new("kinds");
+    zoo::write(&root.0, "mlp", zoo::Batch::Dynamic, 1).unwrap();
+    let repository = Repository::new(&root.0);
+    let two_kinds = PrepareSettings {
+        threads: vec![1, 2, 1],
+        ..quick()
+    };
+    let prepared = prepare(&repository.read("mlp").unwrap(), &two_kinds).unwrap();
+    let kinds: Vec<&str> = prepared.profiles.iter().map(|p| p.kind.as_str()).collect();
+    assert_eq!(kinds, ["cpu", "cpu-2t"], "one profile per distinct kind");
+    let seeds = prepared.kind_profiles();
+    assert_eq!(
+        seeds[0].profile, prepared.spec.profile,
+        "the first is the fallback"
+    );
+    assert_eq!(seeds[1].profile, prepared.profiles[1].profile.seed());
+    // One build serves every kind; its LOAD is the cheap one, not the build.
+    let plans = prepared.prepared.cpu.as_ref().expect("plans built");
+    assert_eq!(plans.weight_bytes(), prepared.spec.profile.weight_bytes);
+    assert!((prepared.profile().load.p99 as u64) < prepared.build);
+    // Both are stored and reused on restart; each kind is matched on its own.
+    let again = prepare(&repository.read("mlp").unwrap(), &two_kinds).unwrap();
+    assert!(again.reused_profile());
+    let seed = |r: &Registration, i: usize| r.profiles[i].profile.seed();
+    assert_eq!(seed(&again, 1), seed(&prepared, 1));
+    let only_two = PrepareSettings {
+        threads: vec![2],
+        ..quick()
+    };
+    let two = prepare(&repository.read("mlp").unwrap(), &only_two).unwrap();
+    assert!(two.reused_profile());
+    assert_eq!(two.spec.profile, prepared.profiles[1].profile.seed());
+    let four = PrepareSettings {
+        threads: vec![4, 1],
+        ..quick()
+    };
+    let mixed = prepare(&repository.read("mlp").unwrap(), &four).unwrap();
+    let reused: Vec<(&str, bool)> = mixed
+        .profiles
+        .iter()
+        .map(|p| (p.kind.as_str(), p.reused))
+        .collect();
+    assert_eq!(reused, [("cpu-4t", false), ("cpu", true)]);
+    let stored = super::store::load_all(&root.0.join("mlp").join("1"));
+    let mut kinds: Vec<&str> = stored.iter().map(|s| s.kind.as_str()).collect();
+    kinds.sort_unstable();
+    assert_eq!(kinds, ["cpu", "cpu-2t", "cpu-4t"]);
 }

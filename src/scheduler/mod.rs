@@ -27,7 +27,7 @@ pub use crate::protocol::{Action, ActionError, ActionKind, Measured};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{PolicyConfig, PolicyName};
-use crate::model::{ActionId, DeviceId, ModelId, ModelProfile, RequestId};
+use crate::model::{ActionId, DeviceId, KindProfile, ModelId, ModelProfile, RequestId};
 use crate::outcome::Outcome as RequestOutcome;
 use crate::time::Nanos;
 
@@ -132,14 +132,27 @@ pub struct DeviceInfo {
 pub struct ModelInfo {
     /// Pages its weights take on a device.
     pub pages: u32,
-    /// Seed of the estimates and the allowed batch sizes.
+    /// The allowed batch sizes, and the seed of the estimates on device kinds that have
+    /// no profile of their own in `by_kind`.
     pub profile: ModelProfile,
+    /// Profiles measured on particular device kinds: devices of such a kind start from
+    /// their own (a profile taken on one kind is wrong on another).
+    pub by_kind: Vec<KindProfile>,
     /// Devices allowed to hold it (its backends, and real devices need a real graph);
     /// `None`: any device.
     pub devices: Option<Vec<DeviceId>>,
 }
 
 impl ModelInfo {
+    /// The profile that seeds the estimates on devices of `kind`: its own if measured,
+    /// else the fallback.
+    pub fn profile_for(&self, kind: &str) -> &ModelProfile {
+        self.by_kind
+            .iter()
+            .find(|k| k.kind == kind)
+            .map_or(&self.profile, |k| &k.profile)
+    }
+
     /// Whether `device` may hold the model.
     pub fn allowed_on(&self, device: DeviceId) -> bool {
         self.devices.as_ref().is_none_or(|d| d.contains(&device))

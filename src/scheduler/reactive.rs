@@ -426,6 +426,7 @@ mod tests {
         policy.add_model(ModelInfo {
             pages: 2,
             profile,
+            by_kind: Vec::new(),
             devices: None,
         });
         policy.add_device(DeviceInfo {

@@ -1,11 +1,15 @@
 //! The `cpu` backend: real ONNX inference with tract on a dedicated thread per device.
 //!
 //! A device is one thread (tract single-threaded unless `threads` says otherwise) with a
-//! memory capacity counted in pages, as a GPU's weight memory is. LOAD takes the model's
-//! ONNX bytes from the model cache and builds an optimised runnable plan for every allowed
-//! batch size ([`ModelPlans`]); UNLOAD drops them; INFER runs a batch on the smallest plan
-//! that holds it and reports the time it took. Graphs are read by [`graph`], plans built
-//! and run by [`plan`], and models profiled at registration by [`profile`].
+//! memory capacity counted in pages, as a GPU's weight memory is. The optimised runnable
+//! plans of a model, one per allowed batch size ([`ModelPlans`]), are built once, at
+//! registration, in host memory, and shared by every device (they hold no thread pool: a
+//! device runs them under its own). LOAD makes them resident on a device: it takes the
+//! shared plans from the artifact the model cache hands out, in microseconds, as a GPU
+//! copies weights; UNLOAD drops the device's reference; INFER runs a batch on the
+//! smallest plan that holds it and reports the time it took. Graphs are read by
+//! [`graph`], plans built and run by [`plan`], and models profiled at registration by
+//! [`profile`].
 
 pub mod graph;
 pub mod plan;
@@ -19,7 +23,7 @@ use super::{BackendInfo, BatchOutputs, DeviceError, InferJob, ModelArtifact};
 use crate::model::{ModelId, ModelSpec};
 use crate::tensor::Tensor;
 use plan::{Plan, PlanRequest};
-use tract_linalg::multithread::Executor;
+use tract_linalg::multithread::{multithread_tract_scope, Executor};
 
 /// Why the cpu backend cannot read, build or run a model.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -65,9 +69,13 @@ impl CpuSettings {
     }
 }
 
-/// A pool of `threads` for tract, or `None` to stay single-threaded.
-pub fn executor(threads: usize) -> Option<Executor> {
-    (threads > 1).then(|| Executor::multithread_with_name(threads, "cpu-device"))
+/// A pool of `threads` for tract, or tract's single thread (the caller's) for one.
+pub fn executor(threads: usize) -> Executor {
+    if threads > 1 {
+        Executor::multithread_with_name(threads, "cpu-device")
+    } else {
+        Executor::SingleThread
+    }
 }
 
 /// The plans of one model, one per allowed batch size, smallest first.
@@ -76,12 +84,9 @@ pub struct ModelPlans {
 }
 
 impl ModelPlans {
-    /// Builds a plan for every batch size of `spec`'s profile.
-    pub fn compile(
-        bytes: &[u8],
-        spec: &ModelSpec,
-        executor: Option<&Executor>,
-    ) -> Result<Self, CpuError> {
+    /// Builds a plan for every batch size of `spec`'s profile: the expensive part
+    /// (parsing, typing, optimising), done once per model at registration.
+    pub fn compile(bytes: &[u8], spec: &ModelSpec) -> Result<Self, CpuError> {
         let outputs: Vec<String> = spec.outputs.iter().map(|o| o.name.clone()).collect();
         let mut sizes: Vec<u32> = spec.profile.batches.iter().map(|b| b.batch).collect();
         sizes.sort_unstable();
@@ -97,7 +102,6 @@ impl ModelPlans {
                     outputs: &outputs,
                     batched: spec.batched,
                     batch,
-                    executor,
                 };
                 Plan::compile(bytes, request)
             })
@@ -120,24 +124,36 @@ impl ModelPlans {
         self.plans.iter().map(|p| p.batch)
     }
 
-    /// Runs one batch on the smallest plan that holds it.
-    pub fn run(&self, items: &[&[Tensor]]) -> Result<BatchOutputs, CpuError> {
+    /// Runs one batch on the smallest plan that holds it, with tract's work spread over
+    /// `executor` (the running device's threads).
+    pub fn run(&self, items: &[&[Tensor]], executor: &Executor) -> Result<BatchOutputs, CpuError> {
         let n = items.len() as u32;
         let plan = self
             .plans
             .iter()
             .find(|p| p.batch >= n)
             .ok_or_else(|| CpuError::Run(format!("no plan holds a batch of {n}")))?;
-        plan.run(items)
+        multithread_tract_scope(executor.clone(), || plan.run(items))
+    }
+}
+
+impl std::fmt::Debug for ModelPlans {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let batches: Vec<u32> = self.batches().collect();
+        f.debug_struct("ModelPlans")
+            .field("batches", &batches)
+            .field("weight_bytes", &self.weight_bytes())
+            .finish()
     }
 }
 
 /// A cpu device: the plans of the models loaded on it.
 pub struct CpuDevice {
     settings: CpuSettings,
-    /// The pool of a multi-threaded device, shared by all its plans.
-    executor: Option<Executor>,
-    loaded: HashMap<ModelId, ModelPlans>,
+    /// The device's threads, under which it runs every plan.
+    executor: Executor,
+    /// The shared plans of the models resident here.
+    loaded: HashMap<ModelId, Arc<ModelPlans>>,
 }
 
 impl CpuDevice {
@@ -161,14 +177,15 @@ impl BlockingDevice for CpuDevice {
     }
 
     fn load(&mut self, artifact: &ModelArtifact) -> Result<(), DeviceError> {
-        let bytes: &Arc<[u8]> = artifact.bytes.as_ref().ok_or_else(|| {
+        // The plans were built at registration; making them resident is taking a share.
+        let plans = artifact.prepared.cpu.as_ref().ok_or_else(|| {
             DeviceError::Other(format!(
-                "model '{}' has no ONNX graph: the cpu backend serves repository models",
+                "model '{}' has no cpu plans: the cpu backend serves models prepared at \
+                 registration (repository models)",
                 artifact.spec.name
             ))
         })?;
-        let plans = ModelPlans::compile(bytes, &artifact.spec, self.executor.as_ref())?;
-        self.loaded.insert(artifact.id, plans);
+        self.loaded.insert(artifact.id, Arc::clone(plans));
         Ok(())
     }
 
@@ -184,7 +201,7 @@ impl BlockingDevice for CpuDevice {
             .get(&job.model)
             .ok_or(DeviceError::NotLoaded(job.model))?;
         let items: Vec<&[Tensor]> = job.inputs.iter().map(|i| i.as_slice()).collect();
-        Ok(plans.run(&items)?)
+        Ok(plans.run(&items, &self.executor)?)
     }
 }
 
@@ -221,10 +238,9 @@ mod tests {
     fn a_batch_runs_on_the_smallest_plan_that_holds_it_and_threads_agree() {
         let bytes = zoo::build("mlp", zoo::Batch::Dynamic, 1).unwrap();
         let spec = mlp_spec(&[1, 4]);
-        let single = ModelPlans::compile(&bytes, &spec, None).unwrap();
-        assert_eq!(single.batches().collect::<Vec<_>>(), [1, 4]);
-        let pool = executor(2);
-        let threaded = ModelPlans::compile(&bytes, &spec, pool.as_ref()).unwrap();
+        let plans = ModelPlans::compile(&bytes, &spec).unwrap();
+        assert_eq!(plans.batches().collect::<Vec<_>>(), [1, 4]);
+        let (one, two) = (executor(1), executor(2));
         let items: Vec<Vec<Tensor>> = (0..3)
             .map(|i| {
                 vec![Tensor::from_f32(
@@ -236,9 +252,9 @@ mod tests {
             .collect();
         let refs: Vec<&[Tensor]> = items.iter().map(|i| i.as_slice()).collect();
         // Three items ride the plan for four, padded; each gets its own outputs.
-        let batched = single.run(&refs).unwrap();
+        let batched = plans.run(&refs, &one).unwrap();
         assert_eq!(batched.len(), 3);
-        let alone = single.run(&refs[2..]).unwrap();
+        let alone = plans.run(&refs[2..], &one).unwrap();
         let (a, b) = (
             batched[2][0].to_f32().unwrap(),
             alone[0][0].to_f32().unwrap(),
@@ -248,22 +264,79 @@ mod tests {
             "{a:?} {b:?}"
         );
         assert_ne!(batched[0][0].data, batched[1][0].data);
-        let parallel = threaded.run(&refs).unwrap();
+        // The same plans run under two threads: one build serves every device.
+        let parallel = plans.run(&refs, &two).unwrap();
         let (p, s) = (
             parallel[1][0].to_f32().unwrap(),
             batched[1][0].to_f32().unwrap(),
         );
         assert!(p.iter().zip(&s).all(|(x, y)| (x - y).abs() < 1e-4));
-        assert!(single.run(&[refs[0]; 5]).is_err(), "no plan holds five");
+        assert!(
+            plans.run(&[refs[0]; 5], &one).is_err(),
+            "no plan holds five"
+        );
     }
 
     #[test]
     fn wrong_inputs_are_refused_not_run() {
         let bytes = zoo::build("mlp", zoo::Batch::Dynamic, 1).unwrap();
-        let plans = ModelPlans::compile(&bytes, &mlp_spec(&[1]), None).unwrap();
+        let plans = ModelPlans::compile(&bytes, &mlp_spec(&[1])).unwrap();
         let short = vec![Tensor::from_f32("input", vec![255], &[0.0; 255])];
-        let err = plans.run(&[short.as_slice()]).unwrap_err();
+        let err = plans.run(&[short.as_slice()], &executor(1)).unwrap_err();
         assert!(matches!(err, CpuError::Input(_)), "{err}");
-        assert!(ModelPlans::compile(b"junk", &mlp_spec(&[1]), None).is_err());
+        assert!(ModelPlans::compile(b"junk", &mlp_spec(&[1])).is_err());
+    }
+
+    #[test]
+    fn a_load_shares_the_plans_built_at_registration() {
+        let bytes = zoo::build("mlp", zoo::Batch::Dynamic, 1).unwrap();
+        let spec = mlp_spec(&[1, 2]);
+        let plans = Arc::new(ModelPlans::compile(&bytes, &spec).unwrap());
+        let artifact = ModelArtifact {
+            id: ModelId(3),
+            spec: spec.clone(),
+            bytes: Some(Arc::from(&bytes[..])),
+            prepared: crate::gpu::Prepared {
+                cpu: Some(Arc::clone(&plans)),
+            },
+        };
+        // Two devices of different kinds load the one build: no copy, no compilation.
+        let mut one = CpuDevice::new(CpuSettings {
+            pages: 1,
+            threads: 1,
+        });
+        let mut two = CpuDevice::new(CpuSettings {
+            pages: 1,
+            threads: 2,
+        });
+        one.load(&artifact).unwrap();
+        two.load(&artifact).unwrap();
+        assert_eq!(
+            Arc::strong_count(&plans),
+            4,
+            "the artifact, two devices, here"
+        );
+        let item = vec![Tensor::from_f32("input", vec![256], &[0.25; 256])];
+        let job = InferJob {
+            model: ModelId(3),
+            inputs: vec![Arc::new(item)],
+        };
+        let (a, b) = (one.infer(&job).unwrap(), two.infer(&job).unwrap());
+        let (a, b) = (a[0][0].to_f32().unwrap(), b[0][0].to_f32().unwrap());
+        assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-4));
+        one.unload(ModelId(3)).unwrap();
+        assert_eq!(
+            Arc::strong_count(&plans),
+            3,
+            "UNLOAD drops the device's share"
+        );
+        assert!(matches!(one.infer(&job), Err(DeviceError::NotLoaded(_))));
+        // A graph nobody prepared is refused, not compiled on the device thread.
+        let bare = ModelArtifact {
+            prepared: crate::gpu::Prepared::default(),
+            ..artifact
+        };
+        let err = one.load(&bare).unwrap_err().to_string();
+        assert!(err.contains("no cpu plans"), "{err}");
     }
 }

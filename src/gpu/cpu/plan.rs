@@ -9,8 +9,6 @@
 use tract_onnx::prelude::*;
 use tract_onnx::tract_hir::internal::InferenceFact;
 
-use tract_linalg::multithread::Executor;
-
 use super::CpuError;
 use crate::model::{DataType, TensorSpec};
 use crate::tensor::Tensor as Item;
@@ -28,12 +26,11 @@ pub struct PlanRequest<'a> {
     pub batched: bool,
     /// The batch size to build for (1 when not batched).
     pub batch: u32,
-    /// The thread pool tract may use inside one run; `None`: single-threaded.
-    pub executor: Option<&'a Executor>,
 }
 
 /// A compiled plan. (A run builds a fresh session: tract's sessions are not `Send`, and
-/// the device that owns the plan must be.)
+/// the device that owns the plan must be.) It holds no thread pool: the device that runs
+/// it chooses its threads for the run, so one plan serves devices of every thread count.
 pub struct Plan {
     pub batch: u32,
     batched: bool,
@@ -73,13 +70,7 @@ impl Plan {
             outputs.push(item_output(name, fact, request.batched, batch)?);
         }
         let weight_bytes = constant_bytes(&optimized);
-        let options = PlanOptions {
-            executor: request.executor.cloned(),
-            ..PlanOptions::default()
-        };
-        let runnable = optimized
-            .into_runnable_with_options(&options)
-            .map_err(failed)?;
+        let runnable = optimized.into_runnable().map_err(failed)?;
         Ok(Self {
             batch,
             batched: request.batched,

@@ -1,17 +1,22 @@
 //! Profiling a model on this CPU before it is served, as Clockwork profiles every model
-//! at registration: build the plans (that is what a LOAD does, so it is the load time),
-//! then run every allowed batch size a number of times on inputs of the declared shapes.
+//! at registration: given the plans built once for the model, time LOADs of them onto a
+//! device of the kind being profiled (the load time), then run every allowed batch size a
+//! number of times, under that kind's threads, on inputs of the declared shapes.
 //!
 //! The measured distributions are kept (the repository stores them beside the model so a
 //! restart reuses them); the controller's estimates are seeded from their 99th
 //! percentile, the statistic its sliding window keeps.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
+use tract_linalg::multithread::Executor;
 
-use super::{CpuError, ModelPlans};
-use crate::model::{BatchLatency, DataType, ModelProfile, ModelSpec, TensorSpec};
+use super::{CpuDevice, CpuError, CpuSettings, ModelPlans};
+use crate::gpu::thread::BlockingDevice;
+use crate::gpu::{ModelArtifact, Prepared};
+use crate::model::{BatchLatency, DataType, ModelId, ModelProfile, ModelSpec, TensorSpec};
 use crate::stats::Summary;
 use crate::tensor::Tensor;
 use crate::time::nanos;
@@ -25,7 +30,7 @@ pub struct ProfileSettings {
     pub warmup: u32,
     /// Measured runs per batch size.
     pub runs: u32,
-    /// Measured plan builds (each is one LOAD).
+    /// Measured LOADs of the built plans onto a device.
     pub loads: u32,
 }
 
@@ -35,7 +40,7 @@ impl Default for ProfileSettings {
             threads: 1,
             warmup: 3,
             runs: 20,
-            loads: 2,
+            loads: 10,
         }
     }
 }
@@ -50,7 +55,8 @@ pub struct BatchProfile {
 /// What profiling measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MeasuredProfile {
-    /// Time to build every plan (a LOAD), in nanoseconds.
+    /// Time of a LOAD (the plans built at registration made resident on a device), in
+    /// nanoseconds.
     pub load: Summary,
     pub batches: Vec<BatchProfile>,
     /// Memory the plans hold: the constants of every optimised plan (each keeps its own
@@ -78,49 +84,78 @@ impl MeasuredProfile {
     }
 }
 
-/// Profiles `spec` (whose profile lists the batch sizes to serve) from ONNX `bytes`.
+/// Profiles the `plans` built for `spec` (whose profile lists the batch sizes to serve) on
+/// a cpu device with `settings.threads` threads.
 pub fn measure(
-    bytes: &[u8],
+    plans: &Arc<ModelPlans>,
     spec: &ModelSpec,
     settings: ProfileSettings,
 ) -> Result<MeasuredProfile, CpuError> {
+    let load = time_loads(plans, spec, settings)?;
     let executor = super::executor(settings.threads);
-    let mut load_samples = Vec::new();
-    let mut plans = None;
-    for _ in 0..settings.loads.max(1) {
-        let begin = Instant::now();
-        plans = Some(ModelPlans::compile(bytes, spec, executor.as_ref())?);
-        load_samples.push(nanos(begin.elapsed()) as f64);
-    }
-    let plans = plans.expect("at least one load");
-    let batches = time_batches(&plans, &spec.inputs, settings.warmup, settings.runs)?;
+    let batches = time_batches(
+        plans,
+        &spec.inputs,
+        (settings.warmup, settings.runs),
+        &executor,
+    )?;
     Ok(MeasuredProfile {
-        load: Summary::of(&load_samples).expect("at least one load"),
+        load,
         batches,
         weight_bytes: plans.weight_bytes(),
         outputs: plans.outputs().to_vec(),
     })
 }
 
-/// Runs every plan of `plans` on batches of a sample item: `warmup` unmeasured runs,
-/// then `runs` (at least one) timed ones, per batch size.
+/// Times `settings.loads` (at least one) LOADs of `plans` onto a device of the profiled
+/// kind, exactly as a serving device does them, each followed by an untimed UNLOAD.
+pub fn time_loads(
+    plans: &Arc<ModelPlans>,
+    spec: &ModelSpec,
+    settings: ProfileSettings,
+) -> Result<Summary, CpuError> {
+    let mut device = CpuDevice::new(CpuSettings {
+        pages: 0,
+        threads: settings.threads,
+    });
+    let artifact = ModelArtifact {
+        id: ModelId(0),
+        spec: spec.clone(),
+        bytes: None,
+        prepared: Prepared {
+            cpu: Some(Arc::clone(plans)),
+        },
+    };
+    let failed = |e: crate::gpu::DeviceError| CpuError::Run(e.to_string());
+    let mut samples = Vec::new();
+    for _ in 0..settings.loads.max(1) {
+        let begin = Instant::now();
+        device.load(&artifact).map_err(failed)?;
+        samples.push(nanos(begin.elapsed()) as f64);
+        device.unload(artifact.id).map_err(failed)?;
+    }
+    Ok(Summary::of(&samples).expect("at least one load"))
+}
+
+/// Runs every plan of `plans` under `executor` on batches of a sample item: `warmup`
+/// unmeasured runs, then `runs` (at least one) timed ones, per batch size.
 pub fn time_batches(
     plans: &ModelPlans,
     inputs: &[TensorSpec],
-    warmup: u32,
-    runs: u32,
+    (warmup, runs): (u32, u32),
+    executor: &Executor,
 ) -> Result<Vec<BatchProfile>, CpuError> {
     let item = sample_item(inputs);
     let mut batches = Vec::new();
     for batch in plans.batches() {
         let items: Vec<&[Tensor]> = (0..batch).map(|_| item.as_slice()).collect();
         for _ in 0..warmup {
-            plans.run(&items)?;
+            plans.run(&items, executor)?;
         }
         let mut samples = Vec::with_capacity(runs as usize);
         for _ in 0..runs.max(1) {
             let begin = Instant::now();
-            plans.run(&items)?;
+            plans.run(&items, executor)?;
             samples.push(nanos(begin.elapsed()) as f64);
         }
         let latency = Summary::of(&samples).expect("at least one run");

@@ -29,7 +29,7 @@ use super::{
     Outcome, Plan, Policy, PolicySnapshot, Refusal, Request, Verdict,
 };
 use crate::config::PolicyConfig;
-use crate::model::{ActionId, DeviceId, ModelId};
+use crate::model::{ActionId, DeviceId, ModelId, ModelProfile};
 use crate::time::{nanos, Nanos};
 
 /// Demand is counted in parts per million of one device.
@@ -162,14 +162,13 @@ impl ClockworkPolicy {
         self.kinds.push(kind.to_owned());
         let (window, percentile) = (self.params.window, self.params.percentile);
         for model in &mut self.models {
+            let profile = model.info.profile_for(kind);
             model
                 .exec
-                .push(seed_exec(&model.info, &model.batches, window, percentile));
-            model.load.push(Estimator::new(
-                model.info.profile.load_latency,
-                window,
-                percentile,
-            ));
+                .push(seed_exec(profile, &model.batches, window, percentile));
+            model
+                .load
+                .push(Estimator::new(profile.load_latency, window, percentile));
         }
         self.kinds.len() - 1
     }
@@ -262,10 +261,16 @@ impl ClockworkPolicy {
     }
 }
 
-fn seed_exec(info: &ModelInfo, batches: &[u32], window: usize, percentile: f64) -> Vec<Estimator> {
+/// The execution estimators of one device kind, seeded from that kind's `profile`.
+fn seed_exec(
+    profile: &ModelProfile,
+    batches: &[u32],
+    window: usize,
+    percentile: f64,
+) -> Vec<Estimator> {
     batches
         .iter()
-        .map(|&b| Estimator::new(info.profile.latency(b).unwrap_or(0), window, percentile))
+        .map(|&b| Estimator::new(profile.latency(b).unwrap_or(0), window, percentile))
         .collect()
 }
 
@@ -285,15 +290,19 @@ impl Policy for ClockworkPolicy {
             batches.insert(0, 1);
         }
         let (window, percentile) = (self.params.window, self.params.percentile);
-        let kinds = self.kinds.len();
+        let profiles: Vec<&ModelProfile> = self.kinds.iter().map(|k| info.profile_for(k)).collect();
+        let exec = profiles
+            .iter()
+            .map(|p| seed_exec(p, &batches, window, percentile))
+            .collect();
+        let load = profiles
+            .iter()
+            .map(|p| Estimator::new(p.load_latency, window, percentile))
+            .collect();
         self.models.push(ModelState {
             pages: info.pages,
-            exec: (0..kinds)
-                .map(|_| seed_exec(&info, &batches, window, percentile))
-                .collect(),
-            load: (0..kinds)
-                .map(|_| Estimator::new(info.profile.load_latency, window, percentile))
-                .collect(),
+            exec,
+            load,
             batches,
             info,
             queue: ModelQueue::default(),

@@ -22,6 +22,7 @@ fn policy(devices: usize, pages: u32, models: usize) -> ClockworkPolicy {
         policy.add_model(ModelInfo {
             pages: RESNET_PAGES,
             profile: spec.profile.clone(),
+            by_kind: Vec::new(),
             devices: None,
         });
     }
@@ -317,4 +318,52 @@ fn measured_durations_replace_the_profile() {
         next.actions[0].expected_duration, slow,
         "p99 of the window is the slow one"
     );
+}
+
+/// `profile` with every duration scaled by `factor`.
+fn scaled(profile: &ModelProfile, factor: u64) -> ModelProfile {
+    let mut scaled = profile.clone();
+    scaled.load_latency *= factor;
+    for b in &mut scaled.batches {
+        b.latency *= factor;
+    }
+    scaled
+}
+
+#[test]
+fn each_device_kind_is_seeded_from_its_own_profile() {
+    use crate::model::KindProfile;
+    let mut policy = ClockworkPolicy::new(&PolicyConfig::default());
+    let device = |kind: &str| DeviceInfo {
+        kind: kind.into(),
+        pages: 100,
+    };
+    // One kind known before the model, one after it, one with no profile of its own.
+    policy.add_device(device("fast"));
+    let fallback = profiles::model("resnet50", "r", 100 * MS).unwrap().profile;
+    let kind = |name: &str, factor| KindProfile {
+        kind: name.into(),
+        profile: scaled(&fallback, factor),
+    };
+    policy.add_model(ModelInfo {
+        pages: RESNET_PAGES,
+        profile: fallback.clone(),
+        by_kind: vec![kind("fast", 2), kind("slow", 3)],
+        devices: None,
+    });
+    policy.add_device(device("slow"));
+    policy.add_device(device("other"));
+    let kinds: Vec<usize> = ["fast", "slow", "other"]
+        .iter()
+        .map(|k| policy.kinds.iter().position(|n| n == k).unwrap())
+        .collect();
+    let model = &policy.models[0];
+    for (b, &batch) in model.batches.iter().enumerate() {
+        let base = fallback.latency(batch).unwrap();
+        let seeds: Vec<Nanos> = kinds.iter().map(|&k| model.exec[k][b].get()).collect();
+        assert_eq!(seeds, [2 * base, 3 * base, base], "batch {batch}");
+    }
+    let loads: Vec<Nanos> = kinds.iter().map(|&k| model.load[k].get()).collect();
+    let base = fallback.load_latency;
+    assert_eq!(loads, [2 * base, 3 * base, base]);
 }
