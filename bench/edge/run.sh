@@ -3,7 +3,7 @@
 # driven from outside by an open-loop Poisson client (bench/edge/client.py) and by
 # Triton's perf_analyzer. See bench/edge/README.md.
 #
-#   bench/edge/run.sh [--bin PATH] [--devices N|auto] [--duration S] [--out DIR]
+#   bench/edge/run.sh [--bin PATH] [--config FILE] [--devices N|auto] [--duration S] [--out DIR]
 #
 # Prints a markdown table (client-side goodput, late, refused, p50/p99, refusal p99) for
 # 0.25x .. 2x of the measured capacity, JSON and binary bodies, and whether perf_analyzer
@@ -16,12 +16,14 @@ bin=""
 devices=""
 duration=10
 out=""
+config=config.toml
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bin=$2; shift 2 ;;
         --devices) devices=$2; shift 2 ;;
         --duration) duration=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
+        --config) config=$2; shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -55,7 +57,7 @@ trap cleanup EXIT
     target/onnx-testdata/onnx/backend/test/data/light/light_squeezenet.onnx "$work/repo"
 port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 sed -e "s|^listen = .*|listen = \"127.0.0.1:$port\"|" \
-    -e "s|^path = \"models\"|path = \"$work/repo\"|" config.toml > "$work/config.toml"
+    -e "s|^path = \"models\"|path = \"$work/repo\"|" "$config" > "$work/config.toml"
 if [ -n "$devices" ]; then
     [ "$devices" = auto ] && devices='"auto"'
     sed -i "s|^count = .*|count = $devices|" "$work/config.toml"
