@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::cores::DeviceCount;
+
 /// Errors reading the configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -97,23 +99,21 @@ pub struct ServerConfig {
     /// Largest request body the API accepts; larger ones are refused with 413.
     pub max_body_bytes: usize,
     /// Request bodies decoded at once (JSON or binary tensors to the runtime's tensors),
-    /// on threads of their own: the cores the front end may use. 0: every core found.
+    /// on threads of their own: the cores the front end may use. 0: `front_end_cores`.
     pub decode_threads: usize,
     /// Requests that may wait for a decoder; more are refused at once
     /// (`deadline_unreachable`), and none waits past its deadline's slack.
     pub decode_queue: usize,
-}
-
-/// Cores this process may run on (at least 1).
-pub fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    /// Cores kept for the front end (HTTP workers, decoding, controller) when cpu devices
+    /// are pinned one per core: what `count = "auto"` leaves out.
+    pub front_end_cores: usize,
 }
 
 impl ServerConfig {
-    /// Decoders to run: `decode_threads`, or every core if 0.
+    /// Decoders to run: `decode_threads`, or the front end's cores if 0.
     pub fn decoders(&self) -> usize {
         match self.decode_threads {
-            0 => cores(),
+            0 => self.front_end_cores.max(1),
             n => n,
         }
     }
@@ -128,6 +128,7 @@ impl Default for ServerConfig {
             max_body_bytes: 32 << 20,
             decode_threads: 0,
             decode_queue: 256,
+            front_end_cores: 1,
         }
     }
 }
@@ -294,9 +295,10 @@ pub struct DeviceGroupConfig {
     /// Built-in device profile (`v100`, ...) giving the kind, pages and load bandwidth;
     /// required for `sim` devices.
     pub profile: Option<String>,
-    /// Number of devices in the group.
-    #[serde(default = "one")]
-    pub count: u32,
+    /// Number of devices in the group, or `"auto"` (cpu groups only): one per core the
+    /// front end does not keep (`server.front_end_cores`), at least one.
+    #[serde(default)]
+    pub count: DeviceCount,
     /// Weight memory in pages of `runtime.page_bytes`: overrides a `sim` profile's; the
     /// capacity of a `cpu` device (default 64, 1 GiB with 16 MiB pages).
     pub pages: Option<u32>,
@@ -421,7 +423,13 @@ impl Config {
         if self.runtime.page_bytes == 0 {
             return invalid("runtime.page_bytes must be positive");
         }
+        if self.server.front_end_cores == 0 {
+            return invalid("server.front_end_cores must be at least 1");
+        }
         for group in &self.devices {
+            if group.backend != BackendKind::Cpu && group.count == DeviceCount::Auto {
+                return invalid("devices: count = \"auto\" is for cpu groups (one per core)");
+            }
             if group.backend == BackendKind::Sim && group.profile.is_none() {
                 return invalid("devices: a sim group needs a profile (e.g. profile = \"v100\")");
             }
@@ -529,5 +537,8 @@ mod tests {
     fn bad_values_are_refused() {
         let err = Config::parse("[policy]\nmax_batch = 0\n").unwrap_err();
         assert!(err.to_string().contains("max_batch"), "{err}");
+        let sim_auto = "[[devices]]\nbackend = \"sim\"\nprofile = \"v100\"\ncount = \"auto\"\n";
+        let err = Config::parse(sim_auto).unwrap_err();
+        assert!(err.to_string().contains("auto"), "{err}");
     }
 }

@@ -4,6 +4,7 @@
 pub mod actors;
 pub mod api;
 pub mod config;
+pub mod cores;
 pub mod events;
 pub mod gpu;
 pub mod loadgen;

@@ -5,6 +5,9 @@
 //! server finish the requests in flight (each is answered by its deadline at the latest),
 //! then stops the actors.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
 use actix_web::HttpServer;
 use anyhow::Context as _;
 
@@ -29,11 +32,29 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         decode_queue: config.server.decode_queue,
     };
     let state = ApiState::new(&runtime, settings)?;
-    let server = HttpServer::new(move || api::app(state.clone()))
-        .disable_signals()
-        .shutdown_timeout(config.server.shutdown_grace.as_secs().max(1))
-        .bind(&config.server.listen)
-        .with_context(|| format!("cannot listen on {}", config.server.listen))?;
+    let cores = runtime.cores.clone();
+    // This thread (the system's: timers, the accept loop inherits its mask) belongs to
+    // the front end, like the workers below.
+    if let Some(core) = cores.as_ref().and_then(|plan| plan.front_core(0)) {
+        crate::cores::pin_current(core, "serve");
+    }
+    let workers = cores
+        .as_ref()
+        .map_or_else(default_workers, |plan| plan.workers);
+    let next_worker = Arc::new(AtomicUsize::new(0));
+    let server = HttpServer::new(move || {
+        // Called once on each worker's thread as it starts: pin it to its front-end core.
+        let i = next_worker.fetch_add(1, Ordering::Relaxed);
+        if let Some(core) = cores.as_ref().and_then(|plan| plan.front_core(i)) {
+            crate::cores::pin_current(core, "http worker");
+        }
+        api::app(state.clone())
+    })
+    .workers(workers)
+    .disable_signals()
+    .shutdown_timeout(config.server.shutdown_grace.as_secs().max(1))
+    .bind(&config.server.listen)
+    .with_context(|| format!("cannot listen on {}", config.server.listen))?;
     for address in server.addrs() {
         tracing::info!(%address, devices = runtime.executors.len(), models = runtime.models.len(), "listening");
     }
@@ -49,6 +70,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     runtime.shutdown().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// HTTP workers without a core plan (no cpu devices): actix-web's own default, one per
+/// core.
+fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// SIGINT and SIGTERM, watched from the moment it is made.

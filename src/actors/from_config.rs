@@ -5,7 +5,10 @@
 //! others are registered all the same.
 
 use super::runtime::{RuntimeBuilder, StartError};
-use crate::config::{BackendKind, Config, DeviceGroupConfig, RepositoryConfig, DEFAULT_CPU_PAGES};
+use crate::config::{
+    BackendKind, Config, DeviceCount, DeviceGroupConfig, RepositoryConfig, DEFAULT_CPU_PAGES,
+};
+use crate::cores::{self, Core, CorePlan, Machine};
 use crate::gpu::cpu::profile::ProfileSettings;
 use crate::gpu::cpu::{CpuDevice, CpuSettings};
 use crate::gpu::profiles;
@@ -25,12 +28,30 @@ impl RuntimeBuilder {
         let mut builder = Self::new(clock, config.policy.clone())
             .runtime(config.runtime.clone())
             .controller_settings(settings);
+        let cores = core_plan(config);
+        let mut cpu_devices = 0;
+        let mut cpu_groups = 0;
         for group in &config.devices {
-            for i in 0..group.count {
-                let backend = device(clock, group, i, builder.devices.len())?;
+            let count = match (group.backend, group.count, &cores) {
+                (BackendKind::Cpu, _, Some(plan)) => plan.counts[cpu_groups],
+                (_, DeviceCount::Fixed(count), _) => count,
+                // `validate` admits `auto` only in cpu groups, which always have a plan.
+                (_, DeviceCount::Auto, _) => 1,
+            };
+            for i in 0..count {
+                let core = match (group.backend, &cores) {
+                    (BackendKind::Cpu, Some(plan)) => plan.devices[cpu_devices + i as usize],
+                    _ => None,
+                };
+                let backend = device(clock, group, i, builder.devices.len(), core)?;
                 builder = builder.configured_device(Some(group.backend), backend);
             }
+            if group.backend == BackendKind::Cpu {
+                cpu_groups += 1;
+                cpu_devices += count as usize;
+            }
         }
+        builder.cores = cores;
         for model in &config.models {
             let slo = nanos(model.slo.unwrap_or(config.runtime.default_slo));
             for copy in 0..model.copies {
@@ -94,12 +115,44 @@ impl RuntimeBuilder {
     }
 }
 
-/// Device `i` of `group`, the `index`-th device overall.
+/// Which cores the cpu devices and the front end get, said in the log; `None` without
+/// cpu devices (emulated devices wait on the clock, they need no core of their own).
+fn core_plan(config: &Config) -> Option<CorePlan> {
+    let counts: Vec<DeviceCount> = config
+        .devices
+        .iter()
+        .filter(|g| g.backend == BackendKind::Cpu)
+        .map(|g| g.count)
+        .collect();
+    if counts.is_empty() {
+        return None;
+    }
+    let plan = cores::plan(&Machine::detect(), &counts, config.server.front_end_cores);
+    let devices: Vec<String> = plan
+        .devices
+        .iter()
+        .map(|c| c.map_or("-".into(), |c| c.to_string()))
+        .collect();
+    let front: Vec<String> = plan.front_end.iter().map(|c| c.to_string()).collect();
+    tracing::info!(
+        cpu_devices = plan.devices.len(),
+        device_cores = %devices.join(","),
+        front_end_cores = %front.join(","),
+        http_workers = plan.workers,
+        "cores: {}",
+        plan.reason
+    );
+    Some(plan)
+}
+
+/// Device `i` of `group`, the `index`-th device overall; a cpu device's thread is pinned
+/// to `core` if it has one.
 fn device(
     clock: Clock,
     group: &DeviceGroupConfig,
     i: u32,
     index: usize,
+    core: Option<Core>,
 ) -> Result<Box<dyn Backend>, StartError> {
     match group.backend {
         BackendKind::Sim => {
@@ -120,13 +173,11 @@ fn device(
                 threads: group.cpu.threads,
             };
             let name = format!("cpu-device-{index}");
-            let thread =
-                DeviceThread::spawn(name.clone(), CpuDevice::new(settings)).map_err(|e| {
-                    StartError::Device {
-                        name,
-                        message: e.to_string(),
-                    }
-                })?;
+            let thread = DeviceThread::spawn_pinned(name.clone(), CpuDevice::new(settings), core)
+                .map_err(|e| StartError::Device {
+                name,
+                message: e.to_string(),
+            })?;
             Ok(Box::new(thread))
         }
     }

@@ -11,6 +11,7 @@ use super::messages::{Drain, RegisterArtifact};
 use super::registry::{Candidate, Catalog, ModelTable, Registry};
 use super::{Controller, ControllerParts, ControllerSettings, Executor, ExecutorLinks, ModelCache};
 use crate::config::{BackendKind, PolicyConfig, RuntimeConfig};
+use crate::cores::CorePlan;
 use crate::events::EventBus;
 use crate::gpu::profiles;
 use crate::gpu::Backend;
@@ -83,6 +84,9 @@ pub struct RuntimeBuilder {
     pub(super) repository: Option<RepositorySource>,
     /// The controller's watchdog and shutdown limits.
     pub(super) settings: ControllerSettings,
+    /// Which cores devices and front end run on (`from_config` with cpu devices); the
+    /// arbiters of `Placement::Threads` are pinned to the front end's.
+    pub(super) cores: Option<CorePlan>,
 }
 
 /// Handles on a running actor system.
@@ -104,6 +108,9 @@ pub struct Runtime {
     pub refused: Vec<(String, String)>,
     /// Where models registered on demand come from.
     pub repository: Option<RepositorySource>,
+    /// Which cores devices and front end run on, if the configuration had cpu devices:
+    /// `serve` sizes and pins its HTTP workers by it.
+    pub cores: Option<CorePlan>,
     arbiters: Vec<Arbiter>,
 }
 
@@ -120,6 +127,7 @@ impl RuntimeBuilder {
             refused: Vec::new(),
             repository: None,
             settings: ControllerSettings::default(),
+            cores: None,
         }
     }
 
@@ -221,7 +229,7 @@ impl RuntimeBuilder {
         let home = match self.placement {
             Placement::CurrentThread => Arbiter::current(),
             Placement::Threads => {
-                let arbiter = Arbiter::new();
+                let arbiter = self.front_end_arbiter(0, "controller");
                 let handle = arbiter.handle();
                 arbiters.push(arbiter);
                 handle
@@ -263,8 +271,21 @@ impl RuntimeBuilder {
             table,
             refused: self.refused,
             repository: self.repository,
+            cores: self.cores,
             arbiters,
         })
+    }
+
+    /// A new arbiter thread, pinned to the `i`-th front-end core (round robin) if the
+    /// front end has cores of its own: it must not run on a device's core.
+    fn front_end_arbiter(&self, i: usize, what: &'static str) -> Arbiter {
+        let arbiter = Arbiter::new();
+        if let Some(core) = self.cores.as_ref().and_then(|plan| plan.front_core(i)) {
+            arbiter.spawn_fn(move || {
+                crate::cores::pin_current(core, what);
+            });
+        }
+        arbiter
     }
 
     /// Registers every model through one registry; a repository model that cannot be
@@ -316,7 +337,7 @@ impl RuntimeBuilder {
             let addr = match self.placement {
                 Placement::CurrentThread => Executor::start_in_arbiter(home, make),
                 Placement::Threads => {
-                    let arbiter = Arbiter::new();
+                    let arbiter = self.front_end_arbiter(i + 1, "executor");
                     let addr = Executor::start_in_arbiter(&arbiter.handle(), make);
                     arbiters.push(arbiter);
                     addr

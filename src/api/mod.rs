@@ -65,7 +65,7 @@ impl Default for ApiSettings {
     fn default() -> Self {
         Self {
             max_body_bytes: 32 << 20,
-            decode_threads: crate::config::cores(),
+            decode_threads: crate::config::ServerConfig::default().decoders(),
             decode_queue: 256,
         }
     }

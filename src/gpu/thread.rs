@@ -3,7 +3,9 @@
 //! Real backends (cpu with tract, cuda with cudarc) do blocking work and often need
 //! thread-bound state (a CUDA context is current on one thread). They implement
 //! [`BlockingDevice`]; [`DeviceThread`] owns a dedicated thread for it and turns each call
-//! into a future the executor awaits. Jobs run in the order they are sent.
+//! into a future the executor awaits. Jobs run in the order they are sent. A thread may
+//! be pinned to a core of its own (`src/cores.rs` says which), so that nothing else runs
+//! where the device's timings are measured and planned.
 
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -16,6 +18,7 @@ use super::{
     Backend, BackendFuture, BackendInfo, BatchOutputs, DeviceError, Executed, InferJob,
     ModelArtifact,
 };
+use crate::cores::{self, Core};
 use crate::model::ModelId;
 use crate::time::{nanos, Nanos};
 
@@ -49,11 +52,26 @@ pub struct DeviceThread {
 impl DeviceThread {
     /// Moves `device` onto a new thread named `name`.
     pub fn spawn(name: String, device: impl BlockingDevice) -> Result<Self, DeviceError> {
+        Self::spawn_pinned(name, device, None)
+    }
+
+    /// Moves `device` onto a new thread named `name`, pinned to `core` if given. A
+    /// thread that cannot be pinned (the system refuses) warns and runs unpinned.
+    pub fn spawn_pinned(
+        name: String,
+        device: impl BlockingDevice,
+        core: Option<Core>,
+    ) -> Result<Self, DeviceError> {
         let info = device.info();
         let (jobs, queue) = mpsc::channel();
         let thread = std::thread::Builder::new()
-            .name(name)
-            .spawn(move || serve(device, queue))
+            .name(name.clone())
+            .spawn(move || {
+                if let Some(core) = core {
+                    cores::pin_current(core, &name);
+                }
+                serve(device, queue)
+            })
             .map_err(|e| DeviceError::Gone(e.to_string()))?;
         Ok(Self {
             info,
@@ -215,6 +233,46 @@ mod tests {
         fn infer(&mut self, _: &InferJob) -> Result<BatchOutputs, DeviceError> {
             panic!("kernel exploded")
         }
+    }
+
+    /// Answers every INFER with the cores its thread may run on.
+    struct WhereAmI;
+
+    impl BlockingDevice for WhereAmI {
+        fn info(&self) -> BackendInfo {
+            Panicker.info()
+        }
+        fn load(&mut self, _: &ModelArtifact) -> Result<(), DeviceError> {
+            Ok(())
+        }
+        fn unload(&mut self, _: ModelId) -> Result<(), DeviceError> {
+            Ok(())
+        }
+        fn infer(&mut self, _: &InferJob) -> Result<BatchOutputs, DeviceError> {
+            let ids = core_affinity::get_core_ids().unwrap_or_default();
+            let ids: Vec<f32> = ids.iter().map(|c| c.id as f32).collect();
+            Ok(vec![vec![Tensor::from_f32("cores", vec![ids.len()], &ids)]])
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pinned_device_runs_on_its_core_alone() {
+        let machine = cores::Machine::detect();
+        if !machine.pinnable {
+            return; // nothing to check where the system cannot pin
+        }
+        let last = *machine.cores.last().unwrap();
+        let job = InferJob {
+            model: ModelId(0),
+            inputs: vec![],
+        };
+        let pinned = DeviceThread::spawn_pinned("pinned".into(), WhereAmI, Some(last)).unwrap();
+        let seen = pinned.infer(job.clone()).await.unwrap().value;
+        assert_eq!(seen[0][0].to_f32().unwrap(), vec![last.0 as f32]);
+        // Unpinned, a device thread keeps the whole mask it was started with.
+        let free = DeviceThread::spawn("free".into(), WhereAmI).unwrap();
+        let seen = free.infer(job).await.unwrap().value;
+        assert_eq!(seen[0][0].to_f32().unwrap().len(), machine.cores.len());
     }
 
     #[tokio::test]

@@ -117,7 +117,7 @@ impl SimulateArgs {
         config.devices.push(DeviceGroupConfig {
             backend: BackendKind::Sim,
             profile: Some(self.device_profile.clone()),
-            count: self.devices,
+            count: self.devices.into(),
             pages: self.pages,
             sim: SimConfig {
                 seed: self.params.seed,

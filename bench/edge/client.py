@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""Open-loop Poisson client for the KServe V2 inference route, as an outside user runs it.
+
+A separate process that knows nothing of clockwork's code: it reads the model's metadata
+(GET /v2/models/<model>), builds one request body (JSON tensors or Triton's binary tensor
+extension), then sends requests at Poisson arrival times whatever the server answers
+(open loop), for `--duration` seconds, at most `--max-requests` of them and at most
+`--max-in-flight` outstanding (one more than that is counted `client_overflow`, never
+queued: queueing would close the loop). Only 127.0.0.1 may be targeted.
+
+Every latency is measured here, from the moment the request is handed to the connection
+to the moment the whole answer is read. Printed as JSON:
+  offered, answered, goodput (answered 200 within the objective / offered), good, late
+  (200 after the objective), refused (by error_type) with p50/p99 of their latency,
+  errors (other HTTP statuses, connection failures), p50/p99 of successes.
+"""
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import time
+from urllib.parse import urlparse
+
+import aiohttp
+import numpy as np
+
+# A refusal is the server saying "not now" (503 or 429), whatever error_type it names;
+# any other non-200 status is an error.
+REFUSAL_STATUSES = {429, 503}
+
+
+def percentile(values, q):
+    if not values:
+        return None
+    return round(float(np.percentile(np.array(values), q)), 3)
+
+
+def build_body(meta, fmt, seed):
+    """One request body of batch 1 for every input of the model, with random values."""
+    rng = np.random.default_rng(seed)
+    tensors, blobs = [], []
+    for spec in meta["inputs"]:
+        shape = [1 if d < 0 else d for d in spec["shape"]]
+        if spec["datatype"] != "FP32":
+            sys.exit(f"input {spec['name']}: only FP32 inputs are supported here")
+        data = rng.standard_normal(int(np.prod(shape))).astype(np.float32)
+        tensor = {"name": spec["name"], "shape": shape, "datatype": "FP32"}
+        if fmt == "json":
+            tensor["data"] = [round(float(v), 5) for v in data]
+        else:
+            raw = data.tobytes()
+            tensor["parameters"] = {"binary_data_size": len(raw)}
+            blobs.append(raw)
+        tensors.append(tensor)
+    request = {"inputs": tensors}
+    if fmt == "json":
+        return json.dumps(request).encode(), {"Content-Type": "application/json"}
+    request["outputs"] = [
+        {"name": o["name"], "parameters": {"binary_data": True}} for o in meta["outputs"]
+    ]
+    header = json.dumps(request).encode()
+    headers = {
+        "Content-Type": "application/octet-stream",
+        "Inference-Header-Content-Length": str(len(header)),
+    }
+    return header + b"".join(blobs), headers
+
+
+class Tally:
+    def __init__(self, objective_s):
+        self.objective_s = objective_s
+        self.offered = 0
+        self.ok_latency = []
+        self.late = 0
+        self.refused = {}
+        self.refused_latency = []
+        self.errors = {}
+        self.overflow = 0
+
+    def record(self, status, error_type, latency):
+        if status == 200:
+            self.ok_latency.append(latency * 1e3)
+            if latency > self.objective_s:
+                self.late += 1
+        elif status in REFUSAL_STATUSES:
+            self.refused[error_type] = self.refused.get(error_type, 0) + 1
+            self.refused_latency.append(latency * 1e3)
+        else:
+            key = f"{status}:{error_type}"
+            self.errors[key] = self.errors.get(key, 0) + 1
+
+    def report(self, args, unanswered):
+        good = sum(1 for v in self.ok_latency if v <= self.objective_s * 1e3)
+        return {
+            "model": args.model,
+            "format": args.format,
+            "rate": args.rate,
+            "duration_s": args.duration,
+            "objective_ms": args.objective_ms,
+            "offered": self.offered,
+            "good": good,
+            "goodput": round(good / self.offered, 4) if self.offered else None,
+            "late": self.late,
+            "refused": sum(self.refused.values()),
+            "refused_by_type": self.refused,
+            "refused_p50_ms": percentile(self.refused_latency, 50),
+            "refused_p99_ms": percentile(self.refused_latency, 99),
+            "errors": self.errors,
+            "client_overflow": self.overflow,
+            "unanswered": unanswered,
+            "ok_p50_ms": percentile(self.ok_latency, 50),
+            "ok_p99_ms": percentile(self.ok_latency, 99),
+        }
+
+
+async def one(session, url, body, headers, tally):
+    begin = time.perf_counter()
+    try:
+        async with session.post(url, data=body, headers=headers) as response:
+            payload = await response.read()
+            latency = time.perf_counter() - begin
+            error_type = None
+            if response.status != 200:
+                try:
+                    error_type = json.loads(payload).get("error_type")
+                except ValueError:
+                    error_type = "unparsable"
+            tally.record(response.status, error_type, latency)
+    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        key = f"connection:{type(e).__name__}"
+        tally.errors[key] = tally.errors.get(key, 0) + 1
+
+
+async def run(args):
+    base = args.url.rstrip("/")
+    if urlparse(base).hostname != "127.0.0.1":
+        sys.exit("only 127.0.0.1 may be targeted")
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=args.request_timeout)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        async with session.get(f"{base}/v2/models/{args.model}") as response:
+            if response.status != 200:
+                sys.exit(f"model metadata: HTTP {response.status}: {await response.text()}")
+            meta = await response.json()
+        body, headers = build_body(meta, args.format, args.seed)
+        url = f"{base}/v2/models/{args.model}/infer"
+        tally = Tally(args.objective_ms / 1e3)
+        if args.until_ok:
+            return await until_ok(args, session, url, body, headers, tally)
+        if args.closed_loop:
+            return await closed_loop(args, session, url, body, headers, tally)
+        rng = random.Random(args.seed)
+        tasks = set()
+        start = time.perf_counter()
+        next_at = rng.expovariate(args.rate)
+        while next_at < args.duration and tally.offered < args.max_requests:
+            delay = start + next_at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tally.offered += 1
+            if len(tasks) >= args.max_in_flight:
+                tally.overflow += 1
+            else:
+                task = asyncio.create_task(one(session, url, body, headers, tally))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            next_at += rng.expovariate(args.rate)
+        unanswered = 0
+        if tasks:
+            _, pending = await asyncio.wait(set(tasks), timeout=args.request_timeout)
+            unanswered = len(pending)
+            for task in pending:
+                task.cancel()
+        return tally.report(args, unanswered)
+
+
+async def until_ok(args, session, url, body, headers, tally):
+    """Warm-up: one request at a time, 100 ms apart, until one is answered 200 or
+    `--duration` seconds pass (a server may refuse a model that no device holds yet)."""
+    end = time.perf_counter() + args.duration
+    while time.perf_counter() < end and not tally.ok_latency:
+        tally.offered += 1
+        await one(session, url, body, headers, tally)
+        await asyncio.sleep(0.1)
+    return tally.report(args, 0)
+
+
+async def closed_loop(args, session, url, body, headers, tally):
+    """Capacity probe: `--closed-loop N` clients, each sending its next request when its
+    last is answered, for `--duration` seconds; adds `ok_per_s` to the report."""
+    end = time.perf_counter() + args.duration
+
+    async def client():
+        while time.perf_counter() < end:
+            tally.offered += 1
+            await one(session, url, body, headers, tally)
+
+    begin = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(args.closed_loop)))
+    report = tally.report(args, 0)
+    report["closed_loop"] = args.closed_loop
+    report["ok_per_s"] = round(len(tally.ok_latency) / (time.perf_counter() - begin), 2)
+    return report
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", required=True, help="http://127.0.0.1:PORT")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--rate", type=float, default=1.0, help="requests per second")
+    parser.add_argument("--duration", type=float, default=15.0, help="seconds of arrivals")
+    parser.add_argument("--objective-ms", type=float, default=100.0)
+    parser.add_argument("--format", choices=["json", "binary"], default="json")
+    parser.add_argument("--max-requests", type=int, default=20000)
+    parser.add_argument("--max-in-flight", type=int, default=2000)
+    parser.add_argument("--request-timeout", type=float, default=30.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", help="write the JSON here too")
+    parser.add_argument(
+        "--until-ok", action="store_true", help="warm-up: until the first 200, one at a time"
+    )
+    parser.add_argument(
+        "--closed-loop", type=int, default=0, help="N clients back to back instead (capacity)"
+    )
+    args = parser.parse_args()
+    if args.rate <= 0 or args.duration <= 0:
+        sys.exit("--rate and --duration must be positive")
+    report = asyncio.run(run(args))
+    text = json.dumps(report, indent=1)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The edge benchmark: the default `clockwork serve` plus the onnx wheel's squeezenet,
+# driven from outside by an open-loop Poisson client (bench/edge/client.py) and by
+# Triton's perf_analyzer. See bench/edge/README.md.
+#
+#   bench/edge/run.sh [--bin PATH] [--config FILE] [--devices N|auto] [--duration S] [--out DIR]
+#
+# Prints a markdown table (client-side goodput, late, refused, p50/p99, refusal p99) for
+# 0.25x .. 2x of the measured capacity, JSON and binary bodies, and whether perf_analyzer
+# completed. Always stops the server.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+
+bin=""
+devices=""
+duration=10
+out=""
+config=config.toml
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --bin) bin=$2; shift 2 ;;
+        --devices) devices=$2; shift 2 ;;
+        --duration) duration=$2; shift 2 ;;
+        --out) out=$2; shift 2 ;;
+        --config) config=$2; shift 2 ;;
+        *) echo "unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+
+venv=target/edge-venv
+if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check onnx aiohttp numpy
+fi
+py=$root/$venv/bin/python
+scripts/onnx_testdata.sh
+if [ -z "$bin" ]; then
+    cargo build --locked --quiet --release --bin clockwork
+    bin=target/release/clockwork
+fi
+bin=$(realpath "$bin")
+
+work=$(mktemp -d)
+out=${out:-$work/out}
+mkdir -p "$out"
+server_pid=
+cleanup() {
+    if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+    rm -rf "$work/repo"
+}
+trap cleanup EXIT
+
+# The default configuration, on a free port, with a repository holding the zoo and
+# squeezenet (and the device count asked for, if any).
+"$py" bench/edge/make_squeezenet.py \
+    target/onnx-testdata/onnx/backend/test/data/light/light_squeezenet.onnx "$work/repo"
+port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+sed -e "s|^listen = .*|listen = \"127.0.0.1:$port\"|" \
+    -e "s|^path = \"models\"|path = \"$work/repo\"|" "$config" > "$work/config.toml"
+if [ -n "$devices" ]; then
+    [ "$devices" = auto ] && devices='"auto"'
+    sed -i "s|^count = .*|count = $devices|" "$work/config.toml"
+fi
+url=http://127.0.0.1:$port
+RUST_LOG=info "$bin" serve --config "$work/config.toml" > "$out/server.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 1 600); do
+    if curl -sf "$url/v2/models/squeezenet/ready" > /dev/null; then break; fi
+    kill -0 "$server_pid" 2>/dev/null || { echo "server died:" >&2; tail "$out/server.log" >&2; exit 1; }
+    sleep 0.5
+done
+grep -m1 "cores:" "$out/server.log" | sed 's/^.*cores:/cores:/' || true
+
+client() { "$py" bench/edge/client.py --url "$url" --model squeezenet --objective-ms 100 "$@"; }
+
+# Warm-up: until squeezenet answers once (a model that no device holds yet is refused).
+client --until-ok --duration 60 --format binary --out "$out/warmup.json" > /dev/null
+"$py" -c "import json; r=json.load(open('$out/warmup.json')); print(f'warm-up: {r[\"offered\"]} request(s) until the first answer, refused {r[\"refused_by_type\"]}')"
+
+# Capacity: what the server answers per second, back to back, binary bodies, with one
+# client more than there are cores.
+clients=$(( $(nproc) + 1 ))
+client --closed-loop "$clients" --duration 8 --format binary --out "$out/capacity.json" > /dev/null
+capacity=$("$py" -c "import json; print(json.load(open('$out/capacity.json'))['ok_per_s'])")
+echo "capacity: $capacity answers/s ($clients closed-loop clients, binary)"
+if [ "$capacity" = "0.0" ]; then
+    echo "no answer at all: nothing to measure against" >&2
+    exit 1
+fi
+
+for format in json binary; do
+    for x in 0.25 0.5 0.8 1 1.5 2; do
+        rate=$("$py" -c "print(round($capacity * $x, 2))")
+        client --rate "$rate" --duration "$duration" --format "$format" --seed 7 \
+            --out "$out/$format-$x.json" > /dev/null
+        sleep 1 # let the last answers drain before the next rate
+    done
+done
+
+"$py" - "$out" "$capacity" <<'PY'
+import json, sys
+out, capacity = sys.argv[1], float(sys.argv[2])
+print(f"\n| body | load | rate/s | offered | goodput | late | refused | errors | p50 ms | p99 ms | refusal p99 ms |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+for fmt in ("json", "binary"):
+    for x in ("0.25", "0.5", "0.8", "1", "1.5", "2"):
+        r = json.load(open(f"{out}/{fmt}-{x}.json"))
+        errors = sum(r["errors"].values()) + r["client_overflow"] + r["unanswered"]
+        cell = lambda v: "-" if v is None else v
+        print(f"| {fmt} | {x}x | {r['rate']} | {r['offered']} | {r['goodput']} | {r['late']} "
+              f"| {r['refused']} | {errors} | {cell(r['ok_p50_ms'])} | {cell(r['ok_p99_ms'])} "
+              f"| {cell(r['refused_p99_ms'])} |")
+PY
+
+# Triton's own load tool at concurrency 1 to 4: does it complete without an error?
+pa=${PERF_ANALYZER:-/work/shared/tools/perf_analyzer}
+if [ -x "$pa" ]; then
+    set +e
+    timeout 300 "$pa" -m squeezenet -u "127.0.0.1:$port" -i http --concurrency-range 1:4 \
+        --measurement-interval 3000 --stability-percentage 50 > "$out/perf_analyzer.log" 2>&1
+    rc=$?
+    set -e
+    if [ $rc -eq 0 ]; then
+        echo -e "\nperf_analyzer (concurrency 1:4): completed"
+        grep -E "^Concurrency:" "$out/perf_analyzer.log" || true
+    else
+        echo -e "\nperf_analyzer (concurrency 1:4): FAILED (exit $rc):"
+        grep -iE "error|fail|thread" "$out/perf_analyzer.log" | head -5 || tail -5 "$out/perf_analyzer.log"
+    fi
+else
+    echo "perf_analyzer not found at $pa: skipped"
+fi
+curl -s "$url/metrics" | grep -E '^clockwork_loads' > "$out/loads.txt" || true
+echo -e "\nloads: $(tr '\n' ' ' < "$out/loads.txt")"
+echo "results: $out"
