@@ -238,6 +238,12 @@ pub struct PolicyConfig {
     pub estimate_window: usize,
     /// Percentile of the window used as the estimate (99 is in effect the max of 10).
     pub estimate_percentile: f64,
+    /// Measurements older than this no longer count: before a model's requests are
+    /// refused on its estimates, estimates not measured for this long go back to the
+    /// profile. Without it a slow spell that raised an estimate past every objective
+    /// would refuse that model forever (nothing runs, so nothing is measured again).
+    #[serde(with = "humantime_serde")]
+    pub estimate_max_age: Duration,
     /// Expected delay between the controller sending an action and an executor seeing it.
     #[serde(with = "humantime_serde")]
     pub expected_lag: Duration,
@@ -267,6 +273,7 @@ impl Default for PolicyConfig {
             schedule_ahead: ms(5),
             estimate_window: 10,
             estimate_percentile: 99.0,
+            estimate_max_age: ms(1000),
             expected_lag: ms(1),
             lag_allowance: ms(10),
             buffer: ms(5),

@@ -61,6 +61,12 @@ impl ClockworkPolicy {
             if self.models[model.0 as usize].expiry != Some(at) {
                 continue;
             }
+            if self.refresh_estimates(model, now) {
+                // Stale estimates made it look hopeless: look again with the seeds.
+                self.models[model.0 as usize].expiry = None;
+                self.queue_changed(model, None);
+                continue;
+            }
             let single = self.best_single(model);
             let m = &mut self.models[model.0 as usize];
             m.expiry = None;
@@ -73,6 +79,20 @@ impl ClockworkPolicy {
             // Re-arms for the new front (or the same one, if estimates moved).
             self.queue_changed(model, None);
         }
+    }
+
+    /// Before a model's requests are refused on its estimates: sends the estimates whose
+    /// newest measurement is older than `estimate_max_age` back to their seeds, so that a
+    /// model whose estimates a slow spell raised past its objectives runs (and is measured)
+    /// again instead of being refused forever. Answers whether any changed.
+    fn refresh_estimates(&mut self, model: ModelId, now: Nanos) -> bool {
+        let max_age = self.params.estimate_max_age;
+        let m = &mut self.models[model.0 as usize];
+        let mut changed = false;
+        for estimator in m.exec.iter_mut().flatten() {
+            changed |= estimator.expire_stale(now, max_age);
+        }
+        changed
     }
 
     /// Keeps the model's armed expiry on its current front request.
@@ -126,7 +146,14 @@ impl ClockworkPolicy {
         plan: &mut Plan,
     ) {
         let kind = self.devices[device.0 as usize].kind;
-        let single = self.exec_estimate(model, kind, 0);
+        let mut single = self.exec_estimate(model, kind, 0);
+        let front = self.models[model.0 as usize]
+            .queue
+            .front()
+            .map(|q| q.deadline);
+        if front.is_some_and(|d| start + single > d) && self.refresh_estimates(model, now) {
+            single = self.exec_estimate(model, kind, 0);
+        }
         let early_drop = self.params.early_drop;
         let queue = &mut self.models[model.0 as usize].queue;
         let mut hopeless = Vec::new();

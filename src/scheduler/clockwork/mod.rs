@@ -55,6 +55,9 @@ struct Params {
     lanes: LaneTiming,
     /// Refuse hopeless requests early (off only for the ablation that serves them late).
     early_drop: bool,
+    /// Measurements older than this no longer hold a model's requests back: before
+    /// refusing them, its estimates go back to their seeds (see `estimate::Estimator`).
+    estimate_max_age: Nanos,
 }
 
 impl From<&PolicyConfig> for Params {
@@ -72,6 +75,7 @@ impl From<&PolicyConfig> for Params {
                 lag_allowance: nanos(c.lag_allowance),
             },
             early_drop: true,
+            estimate_max_age: nanos(c.estimate_max_age).max(1),
         }
     }
 }
@@ -234,7 +238,7 @@ impl ClockworkPolicy {
         match result {
             Ok(measured) => {
                 let m = &mut self.models[flight.model.0 as usize];
-                m.exec[kind][batch].observe(measured.duration);
+                m.exec[kind][batch].observe_at(measured.duration, measured.end);
                 self.queue_changed(flight.model, None);
                 for q in requests {
                     let late = measured.end > q.due;

@@ -367,3 +367,53 @@ fn each_device_kind_is_seeded_from_its_own_profile() {
     let base = fallback.load_latency;
     assert_eq!(loads, [2 * base, 3 * base, base]);
 }
+
+/// A slow spell raised the estimate past the objective: requests are refused while the
+/// measurement is fresh, and served again (seeded from the profile) once it is older than
+/// `estimate_max_age`, instead of being refused forever with nothing ever measured again.
+#[test]
+fn estimates_raised_by_a_slow_spell_do_not_refuse_forever() {
+    let mut policy = policy(1, 100, 1);
+    let now = warm(&mut policy);
+    let mut plan = Plan::default();
+    policy.admit(request(1, 0, now, 100 * MS), now, &mut plan);
+    policy.schedule(now, &mut plan);
+    let action = plan.actions[0].clone();
+    let slow = 300 * MS;
+    let outcome = Outcome {
+        action: action.id,
+        result: Ok(Measured {
+            begin: now,
+            end: now + slow,
+            duration: slow,
+        }),
+    };
+    let end = now + slow;
+    policy.observe(outcome, end, &mut Plan::default());
+    let served = |policy: &mut ClockworkPolicy, id: u64, at: Nanos| {
+        let mut plan = Plan::default();
+        policy.admit(request(id, 0, at, 100 * MS), at, &mut plan);
+        policy.schedule(at, &mut plan);
+        let refused = plan
+            .answers
+            .iter()
+            .any(|a| a.request == RequestId(id) && matches!(a.verdict, Verdict::Refused(_)));
+        let ran = plan.actions.iter().any(|a| {
+            a.kind
+                == ActionKind::Infer {
+                    requests: vec![RequestId(id)],
+                }
+        });
+        assert!(refused != ran, "request {id}: one of refused or planned");
+        ran
+    };
+    assert!(
+        !served(&mut policy, 2, end + 10 * MS),
+        "fresh 300 ms estimate"
+    );
+    let max_age = nanos(PolicyConfig::default().estimate_max_age);
+    assert!(
+        served(&mut policy, 3, end + max_age + MS),
+        "an estimate not measured for longer than its maximum age gives way to the profile"
+    );
+}
