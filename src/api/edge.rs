@@ -153,6 +153,10 @@ pub enum PoolError {
     Crashed,
 }
 
+/// Bodies up to this size are decoded on the HTTP worker itself (holding a decode permit):
+/// below it the hop to a blocking thread costs more than the decoding.
+pub const INLINE_DECODE_BYTES: usize = 64 << 10;
+
 /// Runs decoding jobs on at most `threads` blocking threads at once, with at most `queue`
 /// jobs waiting for one.
 pub struct DecodePool {
@@ -171,10 +175,13 @@ impl DecodePool {
     }
 
     /// Runs `job` once a decoder is free, unless none is free within `slack` (then the
-    /// request could not be decoded in time) or the queue is full.
+    /// request could not be decoded in time) or the queue is full. A `small` job runs on
+    /// the calling HTTP worker while it holds its permit: a hop to a blocking thread costs
+    /// more than decoding a few kilobytes, and the permit still bounds how many decode.
     pub async fn run<T: Send + 'static>(
         &self,
         slack: std::time::Duration,
+        small: bool,
         job: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, PoolError> {
         let waiting = self.waiting.fetch_add(1, Ordering::AcqRel);
@@ -190,6 +197,10 @@ impl DecodePool {
         };
         self.waiting.fetch_sub(1, Ordering::AcqRel);
         let permit = permit?;
+        if small {
+            let _held = permit;
+            return Ok(job());
+        }
         let result = actix_web::web::block(move || {
             let _held = permit;
             job()
@@ -222,22 +233,28 @@ mod tests {
         let busy = {
             let pool = Arc::clone(&pool);
             actix_web::rt::spawn(async move {
-                pool.run(Duration::from_secs(5), move || release.recv().is_ok())
-                    .await
+                pool.run(Duration::from_secs(5), false, move || {
+                    release.recv().is_ok()
+                })
+                .await
             })
         };
         // Let the first job take the only decoder.
         while pool.permits.available_permits() > 0 {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        let waited = pool.run(Duration::from_millis(20), || ()).await;
+        let waited = pool.run(Duration::from_millis(20), false, || ()).await;
         assert_eq!(waited, Err(PoolError::NoSlack));
         pool.waiting.store(1, Ordering::Release); // one waiter already: the queue is full
-        let full = pool.run(Duration::from_secs(5), || ()).await;
+        let full = pool.run(Duration::from_secs(5), false, || ()).await;
         assert_eq!(full, Err(PoolError::Full(1)));
         pool.waiting.store(0, Ordering::Release);
         hold.send(()).expect("job waits");
         assert_eq!(busy.await.expect("joined"), Ok(true));
-        assert_eq!(pool.run(Duration::ZERO, || 5).await, Ok(5), "free again");
+        assert_eq!(
+            pool.run(Duration::ZERO, true, || 5).await,
+            Ok(5),
+            "free again"
+        );
     }
 }

@@ -249,11 +249,12 @@ impl<'a> Front<'a> {
         let (entry, headers) = (Arc::clone(self.entry), request.headers().clone());
         let state = self.state;
         let clock = state.clock;
+        let small = body.len() <= edge::INLINE_DECODE_BYTES;
         let job = move || {
             let begun = clock.now();
             (begun, decode_body(&entry, &headers, body))
         };
-        let (begun, decoded) = match state.decoders.run(slack, job).await {
+        let (begun, decoded) = match state.decoders.run(slack, small, job).await {
             Ok(done) => done,
             Err(PoolError::Crashed) => {
                 return Err(ApiError::InvalidBody("the decoder failed".into()))
