@@ -17,11 +17,16 @@ impl ClockworkPolicy {
     /// Demand no replica serves yet: queued demand less one device per replica.
     fn unserved(&self, model: ModelId) -> u64 {
         let m = &self.models[model.0 as usize];
-        let healthy = m
-            .ready_on
-            .iter()
-            .filter(|d| !self.devices[d.0 as usize].suspect)
-            .count();
+        // Almost always no device is suspect: skip the lookups then (this runs on every
+        // queue change).
+        let healthy = match self.suspects {
+            0 => m.ready_on.len(),
+            _ => m
+                .ready_on
+                .iter()
+                .filter(|d| !self.devices[d.0 as usize].suspect)
+                .count(),
+        };
         let replicas = healthy as u64 + u64::from(m.loading);
         (m.queue.demand() + m.missed).saturating_sub(replicas * DEVICE)
     }

@@ -135,6 +135,8 @@ pub struct ClockworkPolicy {
     /// Models with unserved load demand, by that demand.
     load_ranking: BTreeSet<(RankKey, ModelId)>,
     queued: usize,
+    /// Devices marked suspect by the watchdog (usually none).
+    suspects: usize,
 }
 
 impl ClockworkPolicy {
@@ -149,6 +151,7 @@ impl ClockworkPolicy {
             expiries: BinaryHeap::new(),
             load_ranking: BTreeSet::new(),
             queued: 0,
+            suspects: 0,
         }
     }
 
@@ -385,6 +388,11 @@ impl Policy for ClockworkPolicy {
             return;
         }
         d.suspect = suspect;
+        if suspect {
+            self.suspects += 1;
+        } else {
+            self.suspects -= 1;
+        }
         d.load_retry_at = 0;
         // Replicas on a suspect device do not count against their models' demand, so the
         // load pass places them elsewhere.
