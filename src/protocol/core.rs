@@ -92,6 +92,45 @@ struct Weights {
     ready: bool,
 }
 
+/// Weights by model, indexed by the dense model id: a lookup on every action, so a vector
+/// rather than a tree.
+#[derive(Debug, Default)]
+struct ByModel(Vec<Option<Weights>>);
+
+impl ByModel {
+    fn get(&self, model: &ModelId) -> Option<&Weights> {
+        self.0.get(model.0 as usize).and_then(Option::as_ref)
+    }
+
+    fn get_mut(&mut self, model: &ModelId) -> Option<&mut Weights> {
+        self.0.get_mut(model.0 as usize).and_then(Option::as_mut)
+    }
+
+    fn contains_key(&self, model: &ModelId) -> bool {
+        self.get(model).is_some()
+    }
+
+    fn insert(&mut self, model: ModelId, weights: Weights) {
+        let at = model.0 as usize;
+        if self.0.len() <= at {
+            self.0.resize(at + 1, None);
+        }
+        self.0[at] = Some(weights);
+    }
+
+    fn remove(&mut self, model: &ModelId) -> Option<Weights> {
+        self.0.get_mut(model.0 as usize).and_then(Option::take)
+    }
+
+    /// In id order.
+    fn iter(&self) -> impl Iterator<Item = (ModelId, &Weights)> + '_ {
+        self.0
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| w.as_ref().map(|w| (ModelId(i as u32), w)))
+    }
+}
+
 /// The state of one device's executor, without the work itself.
 #[derive(Debug)]
 pub struct ExecutorCore<T> {
@@ -99,7 +138,7 @@ pub struct ExecutorCore<T> {
     pages: u32,
     /// Pages reserved by resident or loading weights.
     used: u32,
-    weights: BTreeMap<ModelId, Weights>,
+    weights: ByModel,
     /// Per lane: waiting actions by (earliest, id).
     waiting: [BTreeMap<(Nanos, ActionId), T>; 2],
     /// Per lane: the action running, if any.
@@ -112,7 +151,7 @@ impl<T: Queued> ExecutorCore<T> {
         Self {
             pages,
             used: 0,
-            weights: BTreeMap::new(),
+            weights: ByModel::default(),
             waiting: [BTreeMap::new(), BTreeMap::new()],
             running: [None, None],
         }
@@ -225,10 +264,7 @@ impl<T: Queued> ExecutorCore<T> {
 
     /// Models whose weights are loaded and ready, in id order.
     pub fn resident(&self) -> impl Iterator<Item = ModelId> + '_ {
-        self.weights
-            .iter()
-            .filter(|(_, w)| w.ready)
-            .map(|(&model, _)| model)
+        self.weights.iter().filter(|(_, w)| w.ready).map(|(m, _)| m)
     }
 
     /// Actions waiting on `lane`.

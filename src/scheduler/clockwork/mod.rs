@@ -419,7 +419,11 @@ impl Policy for ClockworkPolicy {
         if self.queued > 0 {
             let (ahead, lanes) = (self.params.schedule_ahead, self.params.lanes);
             let loading = !self.load_ranking.is_empty();
-            for device in self.devices.iter().filter(|d| !d.suspect) {
+            let suspects = self.suspects > 0;
+            for device in &self.devices {
+                if suspects && device.suspect {
+                    continue;
+                }
                 // A lane needs the policy again when its planned work drops inside the
                 // schedule-ahead window, if it has something it could take.
                 if !device.strategies.is_empty() {
@@ -462,8 +466,9 @@ impl Policy for ClockworkPolicy {
 impl ClockworkPolicy {
     /// Fills exec lanes, then load lanes.
     fn schedule_devices(&mut self, now: Nanos, plan: &mut Plan) {
+        let suspects = self.suspects > 0;
         for d in 0..self.devices.len() {
-            if !self.devices[d].suspect {
+            if !(suspects && self.devices[d].suspect) {
                 self.schedule_infers(DeviceId(d as u32), now, plan);
             }
         }
@@ -475,7 +480,7 @@ impl ClockworkPolicy {
                 .iter()
                 .enumerate()
                 .filter(|(_, dev)| {
-                    !dev.suspect
+                    !(suspects && dev.suspect)
                         && now >= dev.load_retry_at
                         && dev.load.free_at(now, lanes) < horizon
                 })
