@@ -4,9 +4,9 @@
 //! batch size on one kind of device, or a model's weight load) and answers a high
 //! percentile of them. It starts from a profiled seed, so the first decisions are informed.
 //!
-//! Measurements also grow old: an estimate whose newest measurement is older than a
-//! maximum age can be sent back to its seed ([`Estimator::expire_stale`]). Without that, a
-//! burst of slow runs (a busy host) can raise an estimate past every objective; then every
+//! Measurements also grow old: the policy sends the estimates of a model that has not been
+//! measured for a while back to their seeds ([`Estimator::reseed`]). Without that, a burst
+//! of slow runs (a busy host) can raise an estimate past every objective; then every
 //! request is refused, nothing runs, and nothing is ever measured to bring it down.
 
 use std::collections::VecDeque;
@@ -26,10 +26,6 @@ pub struct Estimator {
     window: usize,
     /// Rank within the sorted window that is the estimate, as a fraction in `0..=1`.
     quantile: f64,
-    /// The profiled value it started from, and returns to when its measurements are stale.
-    seed: Nanos,
-    /// When the newest measurement was taken (0 until one comes with a time).
-    last: Nanos,
 }
 
 impl Estimator {
@@ -41,8 +37,6 @@ impl Estimator {
             seeded: true,
             window: window.max(1),
             quantile: (percentile / 100.0).clamp(0.0, 1.0),
-            seed,
-            last: 0,
         }
     }
 
@@ -52,22 +46,16 @@ impl Estimator {
         self.sorted[rank.min(self.sorted.len() - 1)]
     }
 
-    /// Adds a measurement taken at `at` (the work's end): what [`Self::expire_stale`] ages.
-    pub fn observe_at(&mut self, measured: Nanos, at: Nanos) {
-        self.observe(measured);
-        self.last = self.last.max(at);
-    }
-
-    /// Goes back to the seed if the newest measurement is older than `max_age` at `now`;
-    /// answers whether it did.
-    pub fn expire_stale(&mut self, now: Nanos, max_age: Nanos) -> bool {
-        if self.seeded || now.saturating_sub(self.last) <= max_age {
+    /// Forgets every measurement and starts again from `seed`; answers whether it held
+    /// measurements (a seed alone is left as it is).
+    pub fn reseed(&mut self, seed: Nanos) -> bool {
+        if self.seeded {
             return false;
         }
         self.recent.clear();
-        self.recent.push_back(self.seed);
+        self.recent.push_back(seed);
         self.sorted.clear();
-        self.sorted.push(self.seed);
+        self.sorted.push(seed);
         self.seeded = true;
         true
     }
@@ -93,19 +81,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stale_measurements_give_way_to_the_seed() {
+    fn reseeding_forgets_measurements() {
         let mut e = Estimator::new(10, 4, 99.0);
-        e.observe_at(500, 1_000);
+        assert!(!e.reseed(10), "a seed alone is left as it is");
+        e.observe(500);
         assert_eq!(e.get(), 500);
-        assert!(
-            !e.expire_stale(1_100, 100),
-            "not older than the maximum age"
-        );
-        assert_eq!(e.get(), 500);
-        assert!(e.expire_stale(1_101, 100));
+        assert!(e.reseed(10));
         assert_eq!(e.get(), 10);
-        assert!(!e.expire_stale(5_000, 100), "a seed does not age");
-        e.observe_at(20, 6_000);
+        e.observe(20);
         assert_eq!(e.get(), 20, "the seed is forgotten at the next measurement");
     }
 

@@ -86,11 +86,17 @@ impl ClockworkPolicy {
     /// model whose estimates a slow spell raised past its objectives runs (and is measured)
     /// again instead of being refused forever. Answers whether any changed.
     fn refresh_estimates(&mut self, model: ModelId, now: Nanos) -> bool {
-        let max_age = self.params.estimate_max_age;
         let m = &mut self.models[model.0 as usize];
+        if now.saturating_sub(m.measured_at) <= self.params.estimate_max_age {
+            return false;
+        }
         let mut changed = false;
-        for estimator in m.exec.iter_mut().flatten() {
-            changed |= estimator.expire_stale(now, max_age);
+        for (kind, name) in self.kinds.iter().enumerate() {
+            let profile = m.info.profile_for(name);
+            for (b, &size) in m.batches.iter().enumerate() {
+                let seed = profile.latency(size).unwrap_or(0);
+                changed |= m.exec[kind][b].reseed(seed);
+            }
         }
         changed
     }

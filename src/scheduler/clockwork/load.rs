@@ -186,7 +186,7 @@ impl ClockworkPolicy {
         m.loading = m.loading.saturating_sub(1);
         match result {
             Ok(measured) => {
-                m.load[kind].observe_at(measured.duration, measured.end);
+                m.load[kind].observe(measured.duration);
                 m.ready_on.push(device);
                 if let Some(r) = self.devices[device.0 as usize].residents.get_mut(&model) {
                     r.ready = true;

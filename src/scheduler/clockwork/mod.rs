@@ -102,6 +102,9 @@ struct ModelState {
     rank: Option<RankKey>,
     /// The armed entry in the expiry queue, for its front request.
     expiry: Option<Nanos>,
+    /// When its newest execution measurement was taken: estimates older than
+    /// `estimate_max_age` go back to the profile before its requests are refused on them.
+    measured_at: Nanos,
     /// Demand of requests refused because nobody held the model and no load could finish
     /// in time: it still asks for a load, for the requests that will follow.
     missed: u64,
@@ -241,7 +244,8 @@ impl ClockworkPolicy {
         match result {
             Ok(measured) => {
                 let m = &mut self.models[flight.model.0 as usize];
-                m.exec[kind][batch].observe_at(measured.duration, measured.end);
+                m.exec[kind][batch].observe(measured.duration);
+                m.measured_at = m.measured_at.max(measured.end);
                 self.queue_changed(flight.model, None);
                 for q in requests {
                     let late = measured.end > q.due;
@@ -318,6 +322,7 @@ impl Policy for ClockworkPolicy {
             priority: None,
             rank: None,
             expiry: None,
+            measured_at: 0,
             missed: 0,
         });
         id
