@@ -10,11 +10,14 @@
 //!   refused as timed out, at that moment rather than at its deadline.
 //! - Queued requests give their model load demand; a device with a quiet load lane loads
 //!   the model with the most unserved demand, evicting idle models first, then the least
-//!   recently used.
+//!   recently used. Models also get as many replicas as their measured arrival rate needs
+//!   (`placement.rs`), and registered models are loaded into free pages before any traffic.
 //! - Estimates are sliding-window percentiles of measured durations, per device kind.
 
 mod infer;
 mod load;
+mod placement;
+mod rate;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
@@ -34,9 +37,8 @@ use crate::time::{nanos, Nanos};
 /// Demand is counted in parts per million of one device.
 const DEVICE: u64 = 1_000_000;
 
-/// Place in the load ranking: more unserved demand first, then the earlier front
-/// deadline (so equal cold models are loaded in the order their requests came, not by id).
-type RankKey = (u64, Reverse<Nanos>);
+use placement::RankKey;
+use rate::RateMeter;
 
 /// Planned duration of an UNLOAD: bookkeeping only.
 const UNLOAD_ESTIMATE: Nanos = 10_000;
@@ -54,6 +56,8 @@ struct Params {
     lanes: LaneTiming,
     /// Refuse hopeless requests early (off only for the ablation that serves them late).
     early_drop: bool,
+    /// Busy share of a device that replicas are sized for.
+    target_utilisation: f64,
 }
 
 impl From<&PolicyConfig> for Params {
@@ -71,6 +75,7 @@ impl From<&PolicyConfig> for Params {
                 lag_allowance: nanos(c.lag_allowance),
             },
             early_drop: true,
+            target_utilisation: c.target_utilisation.clamp(0.05, 1.0),
         }
     }
 }
@@ -100,6 +105,8 @@ struct ModelState {
     /// Demand of requests refused because nobody held the model and no load could finish
     /// in time: it still asks for a load, for the requests that will follow.
     missed: u64,
+    /// Its arrivals (admitted or refused at once), for the replicas its rate needs.
+    rate: RateMeter,
 }
 
 /// An action sent and not yet reported.
@@ -130,6 +137,9 @@ pub struct ClockworkPolicy {
     /// Models with unserved load demand, by that demand.
     load_ranking: BTreeSet<(RankKey, ModelId)>,
     queued: usize,
+    /// The latest `now` the policy was given: rates are read at it when a model is
+    /// re-ranked outside a call that names the time.
+    now: Nanos,
 }
 
 impl ClockworkPolicy {
@@ -144,6 +154,7 @@ impl ClockworkPolicy {
             expiries: BinaryHeap::new(),
             load_ranking: BTreeSet::new(),
             queued: 0,
+            now: 0,
         }
     }
 
@@ -302,7 +313,10 @@ impl Policy for ClockworkPolicy {
             rank: None,
             expiry: None,
             missed: 0,
+            rate: RateMeter::default(),
         });
+        // Registered and on no device: a candidate for loading into free pages.
+        self.rerank(id);
         id
     }
 
@@ -313,7 +327,9 @@ impl Policy for ClockworkPolicy {
     }
 
     fn admit(&mut self, request: Request, now: Nanos, plan: &mut Plan) {
+        self.now = self.now.max(now);
         // The controller admits only models it added (see `Policy::admit`).
+        self.models[request.model.0 as usize].rate.record(now);
         let model = &self.models[request.model.0 as usize];
         let p = &self.params;
         // Keep a buffer for estimate error, but never plan past the objective itself.
@@ -345,10 +361,12 @@ impl Policy for ClockworkPolicy {
             due: request.deadline(),
             demand,
         };
+        // Enqueueing re-ranks the model, with its new rate.
         self.enqueue(request.model, item);
     }
 
     fn observe(&mut self, outcome: Outcome, now: Nanos, plan: &mut Plan) {
+        self.now = self.now.max(now);
         let Some(flight) = self.in_flight.remove(&outcome.action) else {
             return;
         };
@@ -382,6 +400,7 @@ impl Policy for ClockworkPolicy {
     }
 
     fn schedule(&mut self, now: Nanos, plan: &mut Plan) {
+        self.now = self.now.max(now);
         self.expire(now, plan);
         self.schedule_devices(now, plan);
         self.prune_expiries();
@@ -428,6 +447,11 @@ impl Policy for ClockworkPolicy {
                     load_free_at: d.load.free_at(now, lanes),
                     suspect: d.suspect,
                 })
+                .collect(),
+            ready_replicas: self
+                .models
+                .iter()
+                .map(|m| m.ready_on.len() as u32)
                 .collect(),
         }
     }
@@ -504,5 +528,7 @@ impl ClockworkPolicy {
     }
 }
 
+#[cfg(test)]
+mod placement_tests;
 #[cfg(test)]
 mod tests;
