@@ -415,7 +415,13 @@ impl Policy for ClockworkPolicy {
         };
         if self.queued > 0 {
             let (ahead, lanes) = (self.params.schedule_ahead, self.params.lanes);
-            let loading = !self.load_ranking.is_empty();
+            // Only waiting requests are worth waking for: models wanted by rate or for
+            // preloading are looked at when anything else happens (often, under traffic),
+            // and time alone rarely makes room for them.
+            let loading = self
+                .load_ranking
+                .last()
+                .is_some_and(|((want, _, _), _)| *want == placement::Want::Queued);
             for device in self.devices.iter().filter(|d| !d.suspect) {
                 // A lane needs the policy again when its planned work drops inside the
                 // schedule-ahead window, if it has something it could take.
