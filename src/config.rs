@@ -263,6 +263,10 @@ pub struct PolicyConfig {
     /// Longest estimated execution of one batch; larger batches are not formed.
     #[serde(with = "humantime_serde")]
     pub max_exec_time: Duration,
+    /// Busy share of a device a model's replicas are sized for: a model gets as many
+    /// replicas as its measured arrival rate times its per-request device time, divided
+    /// by this (at least one while it has traffic). Below 1 so that bursts find room.
+    pub target_utilisation: f64,
 }
 
 impl Default for PolicyConfig {
@@ -280,6 +284,7 @@ impl Default for PolicyConfig {
             load_budget: ms(25),
             max_batch: 16,
             max_exec_time: ms(250),
+            target_utilisation: 0.7,
         }
     }
 }

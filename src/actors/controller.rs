@@ -512,8 +512,11 @@ impl Controller {
 impl Handler<RegisterModel> for Controller {
     type Result = Result<ModelId, RegisterError>;
 
-    fn handle(&mut self, message: RegisterModel, _: &mut Context<Self>) -> Self::Result {
-        self.register(message)
+    fn handle(&mut self, message: RegisterModel, ctx: &mut Context<Self>) -> Self::Result {
+        let registered = self.register(message);
+        // The policy may place the new model at once (loaded while memory allows).
+        self.step(ctx);
+        registered
     }
 }
 
@@ -523,6 +526,9 @@ impl Actor for Controller {
     fn started(&mut self, ctx: &mut Context<Self>) {
         // Requests are admitted or refused by the policy, not held back by a small mailbox.
         ctx.set_mailbox_capacity(super::MAILBOX);
+        // The policy places registered models before any request (loaded while memory
+        // allows), so that a model reported ready is servable.
+        self.step(ctx);
     }
 }
 

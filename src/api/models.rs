@@ -17,6 +17,7 @@ use utoipa::ToSchema;
 use super::error::{ApiError, ErrorBody};
 use super::v2::datatype_name;
 use super::ApiState;
+use crate::actors::messages::SnapshotController;
 use crate::actors::ModelTable;
 use crate::model::{DataType, ModelId, ModelSpec, TensorSpec};
 
@@ -279,26 +280,48 @@ pub(super) async fn version_metadata(
     Ok(web::Json(metadata_of(&entry.spec)))
 }
 
-/// Whether a model admits requests: 200 if so, 503 if unloaded, 404 if unknown.
+/// Whether the model is servable: admitted by the API (not unloaded) and ready on some
+/// device, so that a request sent now is not refused for being cold. Asks the controller.
+async fn servable(state: &ApiState, entry: &Entry) -> Result<(), ApiError> {
+    let snapshot = state.controller.send(SnapshotController).await;
+    let replicas = snapshot.map_or(0, |s| {
+        let on_devices = s.policy.ready_replicas.get(entry.id.0 as usize).copied();
+        if s.draining {
+            0
+        } else {
+            on_devices.unwrap_or(0)
+        }
+    });
+    if replicas > 0 {
+        Ok(())
+    } else {
+        Err(ApiError::ModelUnavailable(entry.spec.name.clone()))
+    }
+}
+
+/// Whether a model is servable: 200 if it is ready on some device, 503 if it is not yet
+/// (or unloaded, or the server is draining), 404 if unknown.
 #[utoipa::path(tag = "models", responses(
-    (status = 200, description = "ready"),
+    (status = 200, description = "ready on some device"),
     (status = 404, description = "unknown model", body = ErrorBody),
-    (status = 503, description = "unloaded", body = ErrorBody),
+    (status = 503, description = "unloaded, on no device yet, or draining", body = ErrorBody),
 ))]
 #[get("/v2/models/{model}/ready")]
 pub(super) async fn ready(
     state: web::Data<ApiState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    state.models.ready(&path, None)?;
+    let entry = state.models.ready(&path, None)?;
+    servable(&state, &entry).await?;
     Ok(HttpResponse::Ok().finish())
 }
 
-/// Whether a model version admits requests: 200 if so, 503 if unloaded, 404 if unknown.
+/// Whether a model version is servable: 200 if it is ready on some device, 503 if not
+/// yet (or unloaded, or draining), 404 if unknown.
 #[utoipa::path(tag = "models", responses(
-    (status = 200, description = "ready"),
+    (status = 200, description = "ready on some device"),
     (status = 404, description = "unknown model or version", body = ErrorBody),
-    (status = 503, description = "unloaded", body = ErrorBody),
+    (status = 503, description = "unloaded, on no device yet, or draining", body = ErrorBody),
 ))]
 #[get("/v2/models/{model}/versions/{version}/ready")]
 pub(super) async fn version_ready(
@@ -306,7 +329,8 @@ pub(super) async fn version_ready(
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let (model, version) = path.into_inner();
-    state.models.ready(&model, Some(&version))?;
+    let entry = state.models.ready(&model, Some(&version))?;
+    servable(&state, &entry).await?;
     Ok(HttpResponse::Ok().finish())
 }
 

@@ -167,6 +167,9 @@ pub struct PolicySnapshot {
     /// Actions sent and not yet reported.
     pub in_flight: usize,
     pub devices: Vec<DeviceSnapshot>,
+    /// Ready replicas of each model, by model id: a model is servable (its `ready` route
+    /// answers 200) only while it has one, so clients wait for a warm model.
+    pub ready_replicas: Vec<u32>,
 }
 
 /// The controller's mirror of one device.

@@ -1,7 +1,7 @@
-//! Demand-driven weight loading and eviction.
+//! Weight loading and eviction: which model a device loads next (by the ranking of
+//! `placement.rs`), and whom it evicts for it.
 
-use std::cmp::Reverse;
-
+use super::placement::{RankKey, Want};
 use super::{ClockworkPolicy, InFlight, Work, DEVICE, UNLOAD_ESTIMATE};
 use crate::model::{DeviceId, ModelId};
 use crate::scheduler::{ActionError, ActionKind, Measured, Plan};
@@ -15,42 +15,40 @@ const LOAD_RETRY: Nanos = 1_000_000;
 
 impl ClockworkPolicy {
     /// Demand no replica serves yet: queued demand less one device per replica.
-    fn unserved(&self, model: ModelId) -> u64 {
+    pub(super) fn unserved(&self, model: ModelId) -> u64 {
         let m = &self.models[model.0 as usize];
-        // Almost always no device is suspect: skip the lookups then (this runs on every
-        // queue change).
-        let healthy = match self.suspects {
-            0 => m.ready_on.len(),
-            _ => m
-                .ready_on
-                .iter()
-                .filter(|d| !self.devices[d.0 as usize].suspect)
-                .count(),
-        };
-        let replicas = healthy as u64 + u64::from(m.loading);
+        let replicas = u64::from(self.replicas(model));
         (m.queue.demand() + m.missed).saturating_sub(replicas * DEVICE)
     }
 
     /// Moves the model to its place in the load ranking.
     pub(super) fn rerank(&mut self, model: ModelId) {
-        let unserved = self.unserved(model);
+        let rank = self.want(model);
         let m = &mut self.models[model.0 as usize];
-        let front = m.queue.front().map_or(0, |q| q.deadline);
-        let rank = (unserved > 0).then_some((unserved, Reverse(front)));
         if rank == m.rank {
             return;
         }
         if let Some(old) = m.rank {
             self.load_ranking.remove(&(old, model));
         }
+        let newly_queued =
+            rank.is_some_and(|r| r.0 == Want::Queued) && m.rank.is_none_or(|r| r.0 != Want::Queued);
         if let Some(new) = rank {
             self.load_ranking.insert((new, model));
         }
         m.rank = rank;
+        if newly_queued {
+            // Requests now wait for a load: worth a look at once, even on devices that
+            // just found nothing (say, only models wanted by rate or for preloading).
+            for d in &mut self.devices {
+                d.load_retry_at = 0;
+            }
+        }
     }
 
-    /// If the device's load lane is quiet, loads the model with the most unserved demand
-    /// that is not on it yet and that would still help some queued request.
+    /// If the device's load lane is quiet, loads the top-ranked model that is not on it
+    /// yet and that would help: some queued request could still use it, its rate needs
+    /// another replica, or (no traffic yet) it fits in free pages.
     pub(super) fn schedule_load(&mut self, device: DeviceId, now: Nanos, plan: &mut Plan) {
         let d = &self.devices[device.0 as usize];
         if now < d.load_retry_at {
@@ -60,28 +58,27 @@ impl ClockworkPolicy {
         if start >= now + self.params.schedule_ahead {
             return;
         }
-        let kind = d.kind;
-        let early_drop = self.params.early_drop;
+        let mut stale = Vec::new();
         let candidate = self
             .load_ranking
             .iter()
             .rev()
             .take(CANDIDATES)
-            .map(|&(_, model)| model)
-            .find(|&model| {
-                let m = &self.models[model.0 as usize];
-                let ready = start + m.load[kind].get() + self.exec_estimate(model, kind, 0);
-                // A load helps if a queued request can still use it, or if requests were
-                // refused for want of it (objectives too tight to wait for any load).
-                let useful = !early_drop
-                    || m.missed > 0
-                    || m.queue.back().is_some_and(|q| ready <= q.deadline);
-                !d.residents.contains_key(&model)
-                    && m.pages <= d.capacity
-                    && m.info.allowed_on(device)
-                    && useful
-            });
-        let victims = candidate.and_then(|model| Some((model, self.victims(device, model)?)));
+            .find(|&&(rank, model)| {
+                // Rates decay without events: a rank's reason may be out of date (its
+                // amount always is a little; that only moves it in the ranking).
+                if self.want(model).map(|r| r.0) != Some(rank.0) {
+                    stale.push(model);
+                    return false;
+                }
+                self.helps(device, model, rank, start)
+            })
+            .map(|&(rank, model)| (rank.0, model));
+        for model in stale {
+            self.rerank(model);
+        }
+        let victims =
+            candidate.and_then(|(want, model)| Some((model, self.victims(device, model, want)?)));
         let Some((model, victims)) = victims else {
             let busy = candidate.is_some() && self.busy_pages(device) > 0;
             let d = &mut self.devices[device.0 as usize];
@@ -95,16 +92,47 @@ impl ClockworkPolicy {
         self.plan_load(device, model, start, now, plan);
     }
 
+    /// Whether loading `model` (ranked `rank`) on `device`, its load lane free at `start`,
+    /// would help.
+    fn helps(&self, device: DeviceId, model: ModelId, rank: RankKey, start: Nanos) -> bool {
+        let d = &self.devices[device.0 as usize];
+        let m = &self.models[model.0 as usize];
+        if d.residents.contains_key(&model) || m.pages > d.capacity || !m.info.allowed_on(device) {
+            return false;
+        }
+        match rank.0 {
+            Want::Preload => m.pages <= d.free_pages(),
+            Want::Rate => true,
+            Want::Queued => {
+                // A load helps if a queued request can still use it, if requests were
+                // refused for want of it (objectives too tight to wait for any load), or
+                // if the model's rate needs another replica anyway.
+                let ready = start + m.load[d.kind].get() + self.exec_estimate(model, d.kind, 0);
+                !self.params.early_drop
+                    || m.missed > 0
+                    || m.queue.back().is_some_and(|q| ready <= q.deadline)
+                    || self.replicas(model) < self.needed(model, self.now)
+            }
+        }
+    }
+
     /// Models to evict from `device` to make room for `model`: idle ones first, then the
-    /// least recently used whose demand is smaller than the newcomer's. `None` if even
-    /// that is not enough room.
-    fn victims(&self, device: DeviceId, model: ModelId) -> Option<Vec<ModelId>> {
+    /// least recently used whose demand is smaller than the newcomer's; for a model wanted
+    /// only by its rate, only models with more replicas than their own rate needs; none
+    /// for a preload. `None` if that is not enough room.
+    fn victims(&self, device: DeviceId, model: ModelId, want: Want) -> Option<Vec<ModelId>> {
         let d = &self.devices[device.0 as usize];
         let needed = self.models[model.0 as usize].pages;
         if d.free_pages() >= needed {
             return Some(Vec::new());
         }
-        let claim = self.unserved(model);
+        let claim = match want {
+            Want::Preload => return None,
+            // Anything with queued demand outranks a claim by rate alone.
+            Want::Rate => 1,
+            Want::Queued => self.unserved(model),
+        };
+        let by_rate = want == Want::Rate;
         let mut free = d.free_pages();
         let mut victims = Vec::new();
         // Usually one victim makes room: find minima in place rather than collect and sort
@@ -114,6 +142,7 @@ impl ClockworkPolicy {
                 .residents
                 .iter()
                 .filter(|(m, r)| r.ready && r.infers_in_flight == 0 && !victims.contains(*m))
+                .filter(|(&m, _)| !by_rate || self.surplus(m))
                 .filter_map(|(&m, r)| {
                     // Eviction order: no queued demand first, then least recently used;
                     // never a model with INFERs in flight or more demand than the newcomer.

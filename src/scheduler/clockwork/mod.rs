@@ -10,11 +10,14 @@
 //!   refused as timed out, at that moment rather than at its deadline.
 //! - Queued requests give their model load demand; a device with a quiet load lane loads
 //!   the model with the most unserved demand, evicting idle models first, then the least
-//!   recently used.
+//!   recently used. Models also get as many replicas as their measured arrival rate needs
+//!   (`placement.rs`), and registered models are loaded into free pages before any traffic.
 //! - Estimates are sliding-window percentiles of measured durations, per device kind.
 
 mod infer;
 mod load;
+mod placement;
+mod rate;
 mod view;
 
 use std::cmp::Reverse;
@@ -35,9 +38,8 @@ use crate::time::{nanos, Nanos};
 /// Demand is counted in parts per million of one device.
 const DEVICE: u64 = 1_000_000;
 
-/// Place in the load ranking: more unserved demand first, then the earlier front
-/// deadline (so equal cold models are loaded in the order their requests came, not by id).
-type RankKey = (u64, Reverse<Nanos>);
+use placement::RankKey;
+use rate::RateMeter;
 
 /// Planned duration of an UNLOAD: bookkeeping only.
 const UNLOAD_ESTIMATE: Nanos = 10_000;
@@ -58,6 +60,8 @@ struct Params {
     /// Measurements older than this no longer hold a model's requests back: before
     /// refusing them, its estimates go back to their seeds (see `estimate::Estimator`).
     estimate_max_age: Nanos,
+    /// Busy share of a device that replicas are sized for.
+    target_utilisation: f64,
 }
 
 impl From<&PolicyConfig> for Params {
@@ -76,6 +80,7 @@ impl From<&PolicyConfig> for Params {
             },
             early_drop: true,
             estimate_max_age: nanos(c.estimate_max_age).max(1),
+            target_utilisation: c.target_utilisation.clamp(0.05, 1.0),
         }
     }
 }
@@ -108,6 +113,8 @@ struct ModelState {
     /// Demand of requests refused because nobody held the model and no load could finish
     /// in time: it still asks for a load, for the requests that will follow.
     missed: u64,
+    /// Its arrivals (admitted or refused at once), for the replicas its rate needs.
+    rate: RateMeter,
 }
 
 /// An action sent and not yet reported.
@@ -140,6 +147,9 @@ pub struct ClockworkPolicy {
     queued: usize,
     /// Devices marked suspect by the watchdog (usually none).
     suspects: usize,
+    /// The latest `now` the policy was given: rates are read at it when a model is
+    /// re-ranked outside a call that names the time.
+    now: Nanos,
 }
 
 impl ClockworkPolicy {
@@ -155,6 +165,7 @@ impl ClockworkPolicy {
             load_ranking: BTreeSet::new(),
             queued: 0,
             suspects: 0,
+            now: 0,
         }
     }
 
@@ -324,7 +335,10 @@ impl Policy for ClockworkPolicy {
             expiry: None,
             measured_at: 0,
             missed: 0,
+            rate: RateMeter::default(),
         });
+        // Registered and on no device: a candidate for loading into free pages.
+        self.rerank(id);
         id
     }
 
@@ -335,7 +349,9 @@ impl Policy for ClockworkPolicy {
     }
 
     fn admit(&mut self, request: Request, now: Nanos, plan: &mut Plan) {
+        self.now = self.now.max(now);
         // The controller admits only models it added (see `Policy::admit`).
+        self.models[request.model.0 as usize].rate.record(now);
         let model = &self.models[request.model.0 as usize];
         let p = &self.params;
         // Keep a buffer for estimate error, but never plan past the objective itself.
@@ -367,10 +383,12 @@ impl Policy for ClockworkPolicy {
             due: request.deadline(),
             demand,
         };
+        // Enqueueing re-ranks the model, with its new rate.
         self.enqueue(request.model, item);
     }
 
     fn observe(&mut self, outcome: Outcome, now: Nanos, plan: &mut Plan) {
+        self.now = self.now.max(now);
         let Some(flight) = self.in_flight.remove(&outcome.action) else {
             return;
         };
@@ -409,6 +427,7 @@ impl Policy for ClockworkPolicy {
     }
 
     fn schedule(&mut self, now: Nanos, plan: &mut Plan) {
+        self.now = self.now.max(now);
         self.expire(now, plan);
         self.schedule_devices(now, plan);
         self.prune_expiries();
@@ -423,7 +442,13 @@ impl Policy for ClockworkPolicy {
         };
         if self.queued > 0 {
             let (ahead, lanes) = (self.params.schedule_ahead, self.params.lanes);
-            let loading = !self.load_ranking.is_empty();
+            // Only waiting requests are worth waking for: models wanted by rate or for
+            // preloading are looked at when anything else happens (often, under traffic),
+            // and time alone rarely makes room for them.
+            let loading = self
+                .load_ranking
+                .last()
+                .is_some_and(|((want, _, _), _)| *want == placement::Want::Queued);
             let suspects = self.suspects > 0;
             for device in &self.devices {
                 if suspects && device.suspect {
@@ -463,6 +488,11 @@ impl Policy for ClockworkPolicy {
                     load_free_at: d.load.free_at(now, lanes),
                     suspect: d.suspect,
                 })
+                .collect(),
+            ready_replicas: self
+                .models
+                .iter()
+                .map(|m| m.ready_on.len() as u32)
                 .collect(),
         }
     }
@@ -540,5 +570,7 @@ impl ClockworkPolicy {
     }
 }
 
+#[cfg(test)]
+mod placement_tests;
 #[cfg(test)]
 mod tests;

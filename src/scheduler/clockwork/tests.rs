@@ -29,7 +29,7 @@ fn policy(devices: usize, pages: u32, models: usize) -> ClockworkPolicy {
     policy
 }
 
-fn request(id: u64, model: u32, arrival: Nanos, slo: Nanos) -> Request {
+pub(super) fn request(id: u64, model: u32, arrival: Nanos, slo: Nanos) -> Request {
     Request {
         id: RequestId(id),
         model: ModelId(model),
@@ -243,50 +243,6 @@ fn tight_objectives_never_plan_past_the_deadline() {
         action.latest + action.expected_duration <= now + 6 * MS,
         "{action:?}"
     );
-}
-
-#[test]
-fn idle_models_are_evicted_before_busy_ones() {
-    // Room for two ResNet50s; models 0 and 1 resident, model 0 then busy again.
-    let mut policy = policy(1, 2 * RESNET_PAGES, 3);
-    let mut t = 0;
-    for model in 0..2 {
-        let mut plan = Plan::default();
-        policy.admit(request(10 + model, model as u32, t, 100 * MS), t, &mut plan);
-        policy.schedule(t, &mut plan);
-        let load = plan
-            .actions
-            .iter()
-            .find(|a| a.kind == ActionKind::Load)
-            .unwrap()
-            .clone();
-        let loaded = Plan {
-            actions: vec![load.clone()],
-            answers: vec![],
-        };
-        complete_all(&mut policy, &loaded, t);
-        t += load.expected_duration;
-        let mut infer = Plan::default();
-        policy.schedule(t, &mut infer);
-        complete_all(&mut policy, &infer, t);
-        t += 3 * MS;
-    }
-    // Model 1 was used last, but model 0 has a request waiting: model 1 is the idle one.
-    let mut plan = Plan::default();
-    let busy_time = t;
-    // Make model 0 busy (queued, in flight) and ask for model 2.
-    policy.admit(request(20, 0, busy_time, 100 * MS), busy_time, &mut plan);
-    policy.admit(request(21, 2, busy_time, 100 * MS), busy_time, &mut plan);
-    policy.schedule(busy_time, &mut plan);
-    let unloads: Vec<ModelId> = plan
-        .actions
-        .iter()
-        .filter(|a| a.kind == ActionKind::Unload)
-        .map(|a| a.model)
-        .collect();
-    assert_eq!(unloads, vec![ModelId(1)]);
-    let snapshot = policy.snapshot(busy_time);
-    assert!(snapshot.devices[0].pages_used <= snapshot.devices[0].pages);
 }
 
 #[test]

@@ -1,0 +1,114 @@
+//! How many replicas each model wants, and why: the order of the load ranking.
+//!
+//! Three reasons, in rank order:
+//! 1. `Queued`: requests wait (or were refused cold) that its replicas cannot serve soon
+//!    (Clockwork's demand, `ClockworkPolicy::unserved`).
+//! 2. `Rate`: its measured arrival rate needs more replicas than it has: its offered
+//!    device load (rate times per-request device time at the batch that rate fills)
+//!    over the target utilisation, at least one while it has traffic, at most the devices
+//!    allowed to hold it. Worth a LOAD even if the LOAD outlasts every objective: it is
+//!    for the requests that will come.
+//! 3. `Preload`: registered, no traffic in the window and on no device: loaded into free
+//!    pages only (never by eviction), so that a model is servable before its first request.
+
+use std::cmp::Reverse;
+
+use super::{ClockworkPolicy, DEVICE};
+use crate::model::ModelId;
+use crate::time::Nanos;
+
+/// Why a model wants another replica; a later variant ranks higher.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Want {
+    /// On no device and no traffic: load into free pages while memory allows.
+    Preload,
+    /// Fewer replicas than its arrival rate needs.
+    Rate,
+    /// Queued demand its replicas do not serve.
+    Queued,
+}
+
+/// Place in the load ranking: the reason, then how much (millionths of a device), then
+/// the earlier front deadline (so equal cold models are loaded in the order their
+/// requests came, not by id; models with no queue by id, lowest first).
+pub type RankKey = (Want, u64, Reverse<Nanos>);
+
+impl ClockworkPolicy {
+    /// Replicas that count: ready on a healthy device, or loading.
+    pub(super) fn replicas(&self, model: ModelId) -> u32 {
+        let m = &self.models[model.0 as usize];
+        // Almost always no device is suspect: skip the lookups then (this runs on every
+        // queue change).
+        let healthy = match self.suspects {
+            0 => m.ready_on.len(),
+            _ => m
+                .ready_on
+                .iter()
+                .filter(|d| !self.devices[d.0 as usize].suspect)
+                .count(),
+        };
+        healthy as u32 + m.loading
+    }
+
+    /// Offered device load of the model at `now`, in devices at the target utilisation:
+    /// arrival rate times per-request device time at the largest allowed batch that the
+    /// rate fills while that batch runs (what a device serving it alone would form).
+    fn offered(&self, model: ModelId, now: Nanos) -> f64 {
+        let m = &self.models[model.0 as usize];
+        let rate = m.rate.per_second(now);
+        if rate <= 0.0 {
+            return 0.0;
+        }
+        let mut per_request = self.worst_estimate(model, 0) as f64;
+        for (b, &size) in m.batches.iter().enumerate().skip(1) {
+            let est = self.worst_estimate(model, b);
+            if est <= self.params.max_exec_time && f64::from(size) <= rate * est as f64 / 1e9 {
+                per_request = est as f64 / f64::from(size);
+            }
+        }
+        rate * per_request / 1e9 / self.params.target_utilisation
+    }
+
+    /// Replicas the model's arrival rate needs at `now`: 0 without traffic, else at least
+    /// 1 and at most the devices allowed to hold it.
+    pub(super) fn needed(&self, model: ModelId, now: Nanos) -> u32 {
+        let offered = self.offered(model, now);
+        if offered <= 0.0 {
+            return 0;
+        }
+        let m = &self.models[model.0 as usize];
+        let allowed = m.info.devices.as_ref().map_or(self.devices.len(), Vec::len);
+        (offered.ceil() as u32).clamp(1, allowed.max(1) as u32)
+    }
+
+    /// Why and how much the model wants another replica now, if it does.
+    pub(super) fn want(&self, model: ModelId) -> Option<RankKey> {
+        let now = self.now;
+        let m = &self.models[model.0 as usize];
+        let front = m.queue.front().map_or(0, |q| q.deadline);
+        let unserved = self.unserved(model);
+        if unserved > 0 {
+            return Some((Want::Queued, unserved, Reverse(front)));
+        }
+        let replicas = self.replicas(model);
+        let offered = self.offered(model, now);
+        if offered > 0.0 {
+            let needed = self.needed(model, now);
+            let short = (offered - f64::from(replicas)) * DEVICE as f64;
+            return (needed > replicas).then_some((
+                Want::Rate,
+                short.max(1.0) as u64,
+                Reverse(front),
+            ));
+        }
+        let idle = replicas == 0 && m.ready_on.is_empty() && m.queue.front().is_none();
+        idle.then_some((Want::Preload, 0, Reverse(Nanos::from(model.0))))
+    }
+
+    /// Whether evicting the model leaves it with the replicas its rate needs (so it may
+    /// make room for a model that is only wanted by rate).
+    pub(super) fn surplus(&self, model: ModelId) -> bool {
+        let m = &self.models[model.0 as usize];
+        m.queue.demand() == 0 && self.replicas(model) > self.needed(model, self.now)
+    }
+}

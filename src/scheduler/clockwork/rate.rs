@@ -1,0 +1,109 @@
+//! Measured arrival rates, for placing replicas ahead of the requests that will come.
+//!
+//! A [`RateMeter`] counts a model's arrivals in buckets of [`BUCKET`] over a sliding
+//! window of [`WINDOW`] and answers the mean rate over that window. Pure: it reads no
+//! clock, only the `now` values the policy is given (which never go backwards).
+
+use crate::time::Nanos;
+
+/// Width of one bucket: 100 ms.
+pub const BUCKET: Nanos = 100_000_000;
+
+/// Buckets in the window.
+const BUCKETS: usize = 20;
+
+/// The window the rate is measured over (2 s): long enough that a model with a request
+/// every second or so keeps a steady rate, short enough that a burst is seen within it.
+pub const WINDOW: Nanos = BUCKET * BUCKETS as Nanos;
+
+/// Arrivals of one model over the last [`WINDOW`].
+#[derive(Clone, Debug, Default)]
+pub struct RateMeter {
+    /// Arrivals per bucket; bucket `i` (time `i * BUCKET` on) is at `i % BUCKETS`.
+    counts: [u32; BUCKETS],
+    /// The newest bucket written; older ones within the window are still valid.
+    newest: u64,
+}
+
+impl RateMeter {
+    /// Counts one arrival at `now`.
+    pub fn record(&mut self, now: Nanos) {
+        let bucket = now / BUCKET;
+        if bucket > self.newest {
+            // Buckets skipped since the newest are empty: clear them (at most the window).
+            let stale = (bucket - self.newest).min(BUCKETS as u64);
+            for b in bucket + 1 - stale..=bucket {
+                self.counts[(b % BUCKETS as u64) as usize] = 0;
+            }
+            self.newest = bucket;
+        }
+        let slot = &mut self.counts[(self.newest % BUCKETS as u64) as usize];
+        *slot = slot.saturating_add(1);
+    }
+
+    /// Arrivals in the window that ends at `now`.
+    pub fn count(&self, now: Nanos) -> u64 {
+        let bucket = now / BUCKET;
+        let oldest = bucket.saturating_sub(BUCKETS as u64 - 1);
+        if self.newest < oldest {
+            return 0;
+        }
+        let first = oldest.max(self.newest.saturating_sub(BUCKETS as u64 - 1));
+        (first..=self.newest)
+            .map(|b| u64::from(self.counts[(b % BUCKETS as u64) as usize]))
+            .sum()
+    }
+
+    /// Mean arrivals per second over the window that ends at `now`: the count over the
+    /// time its buckets span (the current bucket only as far as `now`, so a steady stream
+    /// reads the same early and late in a bucket).
+    pub fn per_second(&self, now: Nanos) -> f64 {
+        let oldest = (now / BUCKET).saturating_sub(BUCKETS as u64 - 1);
+        let span = (now - oldest * BUCKET).max(WINDOW - BUCKET);
+        self.count(now) as f64 * 1e9 / span as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::MS;
+
+    #[test]
+    fn a_steady_stream_reads_as_its_rate() {
+        let mut meter = RateMeter::default();
+        // 50 per second for 3 s.
+        let mut t = 0;
+        while t < 3_000 * MS {
+            meter.record(t);
+            t += 20 * MS;
+        }
+        let rate = meter.per_second(t);
+        assert!((rate - 50.0).abs() <= 1.0, "{rate}");
+    }
+
+    #[test]
+    fn arrivals_leave_the_window_after_it_passes() {
+        let mut meter = RateMeter::default();
+        for i in 0..10 {
+            meter.record(i * MS);
+        }
+        assert_eq!(meter.count(WINDOW - BUCKET), 10, "still inside the window");
+        assert_eq!(meter.count(WINDOW), 0, "the first bucket has left it");
+        assert_eq!(meter.count(10 * WINDOW), 0);
+    }
+
+    #[test]
+    fn a_long_gap_clears_the_old_buckets() {
+        let mut meter = RateMeter::default();
+        meter.record(0);
+        meter.record(5 * BUCKET);
+        // A gap of more than the window, then one arrival: only it counts.
+        let later = 5 * BUCKET + 3 * WINDOW;
+        meter.record(later);
+        assert_eq!(meter.count(later), 1);
+        // A gap inside the window keeps what is still in it.
+        meter.record(later + 4 * BUCKET);
+        assert_eq!(meter.count(later + 4 * BUCKET), 2);
+    }
+}
