@@ -66,7 +66,8 @@ async fn successes_failures_and_device_work_are_counted() {
         value(text, "nv_inference_request_failure{model=\"mlp\"}") == Some(2.0)
             && value(text, "clockwork_requests_within_slo{model=\"mlp\"}") == Some(3.0)
             && refusals(text) == 1.0
-            && value(text, "clockwork_loads{device=\"0\"}") == Some(1.0)
+            // mlp's load, and the zoo's other models preloaded while memory allows.
+            && value(text, "clockwork_loads{device=\"0\"}").is_some_and(|n| n >= 1.0)
     })
     .await;
     let get = |series: &str| value(&text, series).unwrap_or_else(|| panic!("{series} in\n{text}"));
@@ -92,7 +93,7 @@ async fn successes_failures_and_device_work_are_counted() {
         get("clockwork_request_errors{error_type=\"unknown_model\"}"),
         1.0
     );
-    assert_eq!(get("clockwork_loads{device=\"0\"}"), 1.0);
+    assert!(get("clockwork_loads{device=\"0\"}") >= 1.0);
     assert!(get("clockwork_device_busy_seconds{device=\"0\",lane=\"exec\"}") > 0.0);
     assert!(get("clockwork_prediction_error_seconds_count{kind=\"infer\"}") >= 1.0);
     assert!(text.contains("# TYPE nv_inference_request_success counter"));
