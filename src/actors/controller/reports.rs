@@ -1,0 +1,161 @@
+//! The controller's side of executor reports: applying them to the policy, the watchdog
+//! that fails actions whose report is overdue, and what a drain's deadline leaves.
+
+use super::*;
+
+impl Controller {
+    /// Fails every action whose report is overdue, as if its executor had reported
+    /// `Overdue`, and tells the policy its device is suspect.
+    pub(super) fn fail_overdue(&mut self, now: Nanos) {
+        for (action, device) in self.watchdog.overdue(now) {
+            let Some(sent) = self.sent.remove(&action) else {
+                continue;
+            };
+            tracing::warn!(
+                action = action.0,
+                device = device.0,
+                kind = sent.action.kind.name(),
+                "no report by the watchdog's deadline: action failed, device suspect"
+            );
+            self.parts.policy.set_suspect(device, true);
+            let report = ActionReport {
+                action,
+                device,
+                result: Err(ActionError::Overdue),
+                outputs: None,
+            };
+            self.apply(sent, report, now);
+        }
+    }
+
+    /// The drain's deadline passed: what is still unanswered is answered `shutting_down`
+    /// (the policy forgets nothing: a late report finds no pending request and is dropped).
+    pub(super) fn abandon_pending(&mut self, now: Nanos) {
+        let left: Vec<RequestId> = self.pending.keys().copied().collect();
+        if !left.is_empty() {
+            tracing::warn!(
+                requests = left.len(),
+                "shutdown grace over: answering what is left"
+            );
+        }
+        for request in left {
+            if let Some(pending) = self.pending.remove(&request) {
+                self.outputs.remove(&request);
+                let answer = (
+                    Err(InferError::ShuttingDown),
+                    RequestOutcome::ShuttingDown,
+                    None,
+                );
+                self.deliver(request, pending, answer, now);
+            }
+        }
+    }
+
+    /// Takes an executor's report: a report in time goes to the policy (outputs are kept
+    /// for the answers it gives); a late one, of an action the watchdog already failed,
+    /// only shows that the device lives again.
+    pub(super) fn report(&mut self, report: ActionReport, ctx: &mut Context<Self>) {
+        let was_suspect = self.watchdog.is_suspect(report.device);
+        let settled = self.watchdog.settle(report.action, report.device);
+        if was_suspect {
+            tracing::info!(device = report.device.0, "suspect device reported again");
+            self.parts.policy.set_suspect(report.device, false);
+        }
+        match settled {
+            Settled::InTime => {}
+            Settled::Late(given_up) => {
+                tracing::info!(
+                    action = report.action.0,
+                    "late report of an action failed as overdue: ignored"
+                );
+                if given_up.load && report.result.is_ok() {
+                    // The policy counts those pages free: give them back on the device.
+                    self.evict_late_load(given_up);
+                }
+                self.step(ctx);
+                return;
+            }
+            Settled::Unknown => {
+                tracing::debug!(action = ?report.action, "report of an action not in flight");
+                return;
+            }
+        }
+        let Some(sent) = self.sent.remove(&report.action) else {
+            tracing::error!(action = ?report.action, "report of an unknown action");
+            return;
+        };
+        let now = self.now();
+        self.apply(sent, report, now);
+        self.step(ctx);
+    }
+
+    /// Applies the report of an action the policy planned: outputs, event, policy.
+    pub(super) fn apply(&mut self, sent: Sent, report: ActionReport, now: Nanos) {
+        self.touched.push(sent.action.model);
+        if let (Ok(measured), Some(outputs)) = (&report.result, report.outputs) {
+            self.stash_outputs(&sent, *measured, outputs);
+        }
+        self.parts.events.publish(|| {
+            Event::ActionDone(events::ActionDone {
+                action: sent.action.id,
+                device: report.device,
+                model: sent.action.model,
+                kind: sent.action.kind.tag(),
+                batch: sent.requests.len() as u32,
+                expected: sent.action.expected_duration,
+                measured: report.result.as_ref().ok().copied(),
+                error: report.result.as_ref().err().cloned(),
+            })
+        });
+        let outcome = Outcome {
+            action: report.action,
+            result: report.result,
+        };
+        self.parts.policy.observe(outcome, now, &mut self.plan);
+    }
+
+    /// A LOAD the watchdog failed finished after all: the policy's mirror counts its pages
+    /// free, so the controller unloads the weights again (a repair action the policy never
+    /// sees; its report is ignored like any unknown one).
+    pub(super) fn evict_late_load(&mut self, load: GivenUp) {
+        let GivenUp { device, model, .. } = load;
+        self.next_repair += 1;
+        let now = self.now();
+        let unload = Action {
+            id: ActionId(REPAIR_IDS | self.next_repair),
+            device,
+            model,
+            earliest: now,
+            latest: Nanos::MAX,
+            expected_duration: 0,
+            kind: ActionKind::Unload,
+        };
+        self.parts.executors[device.0 as usize].do_send(Execute {
+            action: unload,
+            inputs: Vec::new(),
+        });
+    }
+
+    pub(super) fn stash_outputs(
+        &mut self,
+        sent: &Sent,
+        exec: crate::scheduler::Measured,
+        outputs: BatchOutputs,
+    ) {
+        let batch = sent.requests.len() as u32;
+        for (&request, outputs) in sent.requests.iter().zip(outputs) {
+            let Some(pending) = self.pending.get(&request) else {
+                continue;
+            };
+            let timing = RequestTiming {
+                arrival: pending.arrival,
+                deadline: pending.arrival + pending.slo,
+                exec,
+                answered: 0,
+                batch,
+                device: DeviceId(sent.action.device.0),
+            };
+            self.outputs.insert(request, (outputs, timing));
+        }
+    }
+}
