@@ -72,7 +72,11 @@ impl ClockworkPolicy {
     /// Replicas the model's arrival rate needs at `now`: 0 without traffic, else at least
     /// 1 and at most the devices allowed to hold it.
     pub(super) fn needed(&self, model: ModelId, now: Nanos) -> u32 {
-        let offered = self.offered(model, now);
+        self.needed_for(model, self.offered(model, now))
+    }
+
+    /// Replicas an offered load (from [`Self::offered`]) needs.
+    fn needed_for(&self, model: ModelId, offered: f64) -> u32 {
         if offered <= 0.0 {
             return 0;
         }
@@ -91,15 +95,25 @@ impl ClockworkPolicy {
             return Some((Want::Queued, unserved, Reverse(front)));
         }
         let replicas = self.replicas(model);
-        let offered = self.offered(model, now);
-        if offered > 0.0 {
-            let needed = self.needed(model, now);
-            let short = (offered - f64::from(replicas)) * DEVICE as f64;
-            return (needed > replicas).then_some((
-                Want::Rate,
-                short.max(1.0) as u64,
-                Reverse(front),
-            ));
+        let rate = m.rate.per_second(now);
+        if rate > 0.0 {
+            // Batch 1 costs the most per request, so this bounds the offered load: when
+            // even it fits the replicas there are, skip the full computation (this runs
+            // on every queue change).
+            let bound = rate * self.worst_estimate(model, 0) as f64 / 1e9;
+            if replicas >= 1 && bound / self.params.target_utilisation <= f64::from(replicas) {
+                return None;
+            }
+            let offered = self.offered(model, now);
+            if offered > 0.0 {
+                let needed = self.needed_for(model, offered);
+                let short = (offered - f64::from(replicas)) * DEVICE as f64;
+                return (needed > replicas).then_some((
+                    Want::Rate,
+                    short.max(1.0) as u64,
+                    Reverse(front),
+                ));
+            }
         }
         let idle = replicas == 0 && m.ready_on.is_empty() && m.queue.front().is_none();
         idle.then_some((Want::Preload, 0, Reverse(Nanos::from(model.0))))
@@ -109,6 +123,15 @@ impl ClockworkPolicy {
     /// make room for a model that is only wanted by rate).
     pub(super) fn surplus(&self, model: ModelId) -> bool {
         let m = &self.models[model.0 as usize];
-        m.queue.demand() == 0 && self.replicas(model) > self.needed(model, self.now)
+        if m.queue.demand() > 0 {
+            return false;
+        }
+        let replicas = self.replicas(model);
+        // Cheap answers first (eviction asks this of every idle resident): no traffic in
+        // the window needs no replica; traffic needs at least one.
+        if m.rate.count(self.now) == 0 {
+            return replicas > 0;
+        }
+        replicas > 1 && replicas > self.needed(model, self.now)
     }
 }

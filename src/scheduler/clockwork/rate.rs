@@ -23,6 +23,9 @@ pub struct RateMeter {
     counts: [u32; BUCKETS],
     /// The newest bucket written; older ones within the window are still valid.
     newest: u64,
+    /// Sum of `counts`: the window's count while `now` is in the newest bucket (the usual
+    /// case under traffic, where the rate is read on every queue change).
+    total: u64,
 }
 
 impl RateMeter {
@@ -33,25 +36,39 @@ impl RateMeter {
             // Buckets skipped since the newest are empty: clear them (at most the window).
             let stale = (bucket - self.newest).min(BUCKETS as u64);
             for b in bucket + 1 - stale..=bucket {
-                self.counts[(b % BUCKETS as u64) as usize] = 0;
+                let slot = &mut self.counts[(b % BUCKETS as u64) as usize];
+                self.total -= u64::from(*slot);
+                *slot = 0;
             }
             self.newest = bucket;
         }
         let slot = &mut self.counts[(self.newest % BUCKETS as u64) as usize];
-        *slot = slot.saturating_add(1);
+        if *slot < u32::MAX {
+            *slot += 1;
+            self.total += 1;
+        }
     }
 
-    /// Arrivals in the window that ends at `now`.
+    /// Arrivals in the window that ends at `now`: the running total less the oldest
+    /// buckets that have left the window since the newest arrival (no division per bucket:
+    /// this is read on every queue change).
     pub fn count(&self, now: Nanos) -> u64 {
         let bucket = now / BUCKET;
-        let oldest = bucket.saturating_sub(BUCKETS as u64 - 1);
-        if self.newest < oldest {
+        if bucket <= self.newest {
+            return self.total;
+        }
+        let expired = bucket - self.newest;
+        if expired >= BUCKETS as u64 {
             return 0;
         }
-        let first = oldest.max(self.newest.saturating_sub(BUCKETS as u64 - 1));
-        (first..=self.newest)
-            .map(|b| u64::from(self.counts[(b % BUCKETS as u64) as usize]))
-            .sum()
+        // The ring holds buckets newest-19 ..= newest; the oldest sits just after newest.
+        let mut slot = ((self.newest + 1) % BUCKETS as u64) as usize;
+        let mut sum = self.total;
+        for _ in 0..expired {
+            sum -= u64::from(self.counts[slot]);
+            slot = if slot + 1 == BUCKETS { 0 } else { slot + 1 };
+        }
+        sum
     }
 
     /// Mean arrivals per second over the window that ends at `now`: the count over the
@@ -105,5 +122,28 @@ mod tests {
         // A gap inside the window keeps what is still in it.
         meter.record(later + 4 * BUCKET);
         assert_eq!(meter.count(later + 4 * BUCKET), 2);
+    }
+
+    /// The running count agrees with counting the arrivals in the window one by one, for
+    /// arrivals with gaps from a fraction of a bucket to more than the whole window.
+    #[test]
+    fn the_running_count_equals_a_recount() {
+        let mut meter = RateMeter::default();
+        let mut arrivals: Vec<Nanos> = Vec::new();
+        let (mut t, mut x) = (0, 12_345u64);
+        for _ in 0..5_000 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            t += (x >> 33) % (3 * WINDOW / 2) / 40 + (x >> 60) * BUCKET;
+            meter.record(t);
+            arrivals.push(t);
+            for probe in [t, t + BUCKET / 2, t + 7 * BUCKET, t + WINDOW] {
+                let first = (probe / BUCKET).saturating_sub(BUCKETS as u64 - 1) * BUCKET;
+                let recount = arrivals
+                    .iter()
+                    .filter(|&&a| a >= first && a <= probe)
+                    .count();
+                assert_eq!(meter.count(probe), recount as u64, "at {probe}");
+            }
+        }
     }
 }
