@@ -65,9 +65,10 @@ impl ClockworkPolicy {
             .rev()
             .take(CANDIDATES)
             .find(|&&(rank, model)| {
-                // Rates decay without events: a rank's reason may be out of date (its
-                // amount always is a little; that only moves it in the ranking).
-                if self.want(model).map(|r| r.0) != Some(rank.0) {
+                // Rates decay without events: a rank by rate may be out of date (its
+                // amount always is a little; that only moves it in the ranking). Queued
+                // demand and preloads change only with events, which re-rank them.
+                if rank.0 == Want::Rate && self.want(model).map(|r| r.0) != Some(rank.0) {
                     stale.push(model);
                     return false;
                 }
@@ -111,7 +112,7 @@ impl ClockworkPolicy {
                 !self.params.early_drop
                     || m.missed > 0
                     || m.queue.back().is_some_and(|q| ready <= q.deadline)
-                    || self.replicas(model) < self.needed(model, self.now)
+                    || self.short_of_rate(model)
             }
         }
     }

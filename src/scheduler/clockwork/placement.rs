@@ -119,6 +119,25 @@ impl ClockworkPolicy {
         idle.then_some((Want::Preload, 0, Reverse(Nanos::from(model.0))))
     }
 
+    /// Whether the model has fewer replicas than its arrival rate needs now.
+    pub(super) fn short_of_rate(&self, model: ModelId) -> bool {
+        let replicas = self.replicas(model);
+        let m = &self.models[model.0 as usize];
+        let rate = m.rate.per_second(self.now);
+        if rate <= 0.0 {
+            return false;
+        }
+        if replicas == 0 {
+            return true;
+        }
+        // Batch 1 bounds the offered load (see `want`).
+        let bound = rate * self.worst_estimate(model, 0) as f64 / 1e9;
+        if bound / self.params.target_utilisation <= f64::from(replicas) {
+            return false;
+        }
+        replicas < self.needed(model, self.now)
+    }
+
     /// Whether evicting the model leaves it with the replicas its rate needs (so it may
     /// make room for a model that is only wanted by rate).
     pub(super) fn surplus(&self, model: ModelId) -> bool {
