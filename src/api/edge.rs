@@ -127,6 +127,22 @@ impl FrontTimes {
         models[at][phase as usize].observe(took);
     }
 
+    /// The best case of each phase in the window: what the pre-read check assumes, so that
+    /// it refuses only requests that are hopeless even if the front end is as quick as it
+    /// has recently been (one slow read must not refuse the next hundred requests).
+    pub fn least(&self, model: ModelId) -> Expected {
+        let models = self.models.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(m) = models.get(model.0 as usize) else {
+            return Expected::default();
+        };
+        Expected {
+            read: m[Phase::Read as usize].least(),
+            wait: m[Phase::Wait as usize].least(),
+            decode: m[Phase::Decode as usize].least(),
+            encode: m[Phase::Encode as usize].least(),
+        }
+    }
+
     /// The current estimates for `model` (zeros before any measurement).
     pub fn expected(&self, model: ModelId) -> Expected {
         let models = self.models.lock().unwrap_or_else(|e| e.into_inner());

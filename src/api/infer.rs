@@ -212,7 +212,7 @@ impl<'a> Front<'a> {
 
     /// Refuses, from the controller's last view of the model, a request it cannot serve.
     fn admit_before_reading(&self) -> Result<(), ApiError> {
-        let e = self.expected;
+        let e = self.state.front.least(self.entry.id);
         let view = self.state.admission.get(self.entry.id);
         let now = self.state.clock.now();
         let ahead = e.read + e.wait + e.decode;

@@ -46,6 +46,11 @@ impl Estimator {
         self.sorted[rank.min(self.sorted.len() - 1)]
     }
 
+    /// The smallest value in the window: a best case (the seed until the first measurement).
+    pub fn least(&self) -> Nanos {
+        self.sorted[0]
+    }
+
     /// Forgets every measurement and starts again from `seed`; answers whether it held
     /// measurements (a seed alone is left as it is).
     pub fn reseed(&mut self, seed: Nanos) -> bool {
