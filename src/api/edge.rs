@@ -232,6 +232,23 @@ mod tests {
     use std::time::Duration;
 
     #[test]
+    fn the_pre_read_check_sees_the_best_recent_times() {
+        let times = FrontTimes::default();
+        times.observe(ModelId(0), Phase::Read, 7);
+        times.observe(ModelId(0), Phase::Read, 50);
+        assert_eq!(
+            times.expected(ModelId(0)).read,
+            50,
+            "the p99 sets the slack"
+        );
+        assert_eq!(
+            times.least(ModelId(0)).read,
+            7,
+            "one slow read is not the best case"
+        );
+    }
+
+    #[test]
     fn times_are_learned_per_model_and_phase() {
         let times = FrontTimes::default();
         assert_eq!(times.expected(ModelId(3)), Expected::default());
