@@ -28,9 +28,12 @@ pub struct ModelView {
     pub queued: u32,
     /// Most optimistic batch-1 execution estimate.
     pub single: Nanos,
-    /// Largest allowed batch size and its most optimistic estimate: the best throughput.
-    pub max_batch: u32,
-    pub batch_time: Nanos,
+    /// Allowed batch sizes (the first `batches` entries, ascending) and their most
+    /// optimistic estimates: the queue drains at the best throughput among the batches
+    /// that still fit a request's remaining time, not at the largest batch's.
+    pub batch_sizes: [u32; MAX_BATCHES],
+    pub batch_times: [Nanos; MAX_BATCHES],
+    pub batches: usize,
     /// When the view was taken (the controller's clock).
     pub at: Nanos,
 }
@@ -48,21 +51,34 @@ pub enum Admission {
     },
 }
 
+/// Batch sizes a view carries (the policy allows powers of two up to 16: five).
+pub const MAX_BATCHES: usize = 8;
+
 /// How old a view may be before the edge stops trusting it: a model nothing happened to
 /// for this long has had its backlog drained or expired.
 pub const STALE_AFTER: Nanos = SECOND;
 
 impl ModelView {
     /// Soonest the request could finish if admitted `now` and ready to run at `ready`
-    /// (after its own front-end work): the device time of everything queued plus itself,
-    /// spread over the replicas at the best batch size, never less than one batch-1 run.
-    pub fn soonest_finish(&self, ready: Nanos) -> Option<Nanos> {
+    /// (after its own front-end work), with `budget` of time left after `ready`: the device
+    /// time of everything queued plus itself, spread over the replicas at the best
+    /// throughput among the batch sizes whose run fits the budget (batch 1 if none does),
+    /// never less than one batch-1 run.
+    pub fn soonest_finish(&self, ready: Nanos, budget: Nanos) -> Option<Nanos> {
         if self.replicas == 0 {
             return None;
         }
+        let (mut size, mut time) = (1u64, self.single);
+        let n = self.batches.min(MAX_BATCHES);
+        for (&s, &t) in self.batch_sizes[..n].iter().zip(&self.batch_times[..n]) {
+            // Cheaper per request (t / s < time / size) and short enough to be of use.
+            if t <= budget && u128::from(t) * u128::from(size) < u128::from(time) * u128::from(s) {
+                (size, time) = (u64::from(s), t);
+            }
+        }
         let items = u64::from(self.queued) + 1;
-        let per_round = u64::from(self.max_batch.max(1)) * u64::from(self.replicas);
-        let share = items.saturating_mul(self.batch_time).div_ceil(per_round);
+        let per_round = size * u64::from(self.replicas);
+        let share = items.saturating_mul(time).div_ceil(per_round);
         Some(ready.max(self.free_at) + share.max(self.single))
     }
 }
@@ -74,7 +90,8 @@ pub fn judge(view: Option<&ModelView>, now: Nanos, front: Nanos, deadline: Nanos
     let Some(view) = view.filter(|v| now.saturating_sub(v.at) < STALE_AFTER) else {
         return Admission::Admit;
     };
-    let Some(finish) = view.soonest_finish(now.saturating_add(front)) else {
+    let ready = now.saturating_add(front);
+    let Some(finish) = view.soonest_finish(ready, deadline.saturating_sub(ready)) else {
         return Admission::Admit;
     };
     if finish <= deadline {
@@ -96,8 +113,9 @@ mod tests {
             free_at: 0,
             queued,
             single: 2 * MS,
-            max_batch: 8,
-            batch_time: 8 * MS,
+            batch_sizes: [1, 8, 0, 0, 0, 0, 0, 0],
+            batch_times: [2 * MS, 8 * MS, 0, 0, 0, 0, 0, 0],
+            batches: 2,
             at: 0,
         }
     }
@@ -111,7 +129,7 @@ mod tests {
     fn a_backlog_longer_than_the_objective_refuses() {
         // 99 queued + 1 = 100 requests at 1 ms each (batch of 8 in 8 ms): 100 ms of work.
         let deep = view(99);
-        assert_eq!(deep.soonest_finish(0), Some(100 * MS));
+        assert_eq!(deep.soonest_finish(0, Nanos::MAX), Some(100 * MS));
         assert_eq!(judge(Some(&deep), 0, 0, 100 * MS), Admission::Admit);
         assert_eq!(
             judge(Some(&deep), 0, MS, 100 * MS),
@@ -122,11 +140,33 @@ mod tests {
         );
     }
 
+    /// A batch too long for the time left does not count towards draining the queue:
+    /// 99 requests at batch 8 (1 ms each) fit 100 ms, at batch 1 (2 ms each) they do not.
+    #[test]
+    fn only_batches_that_fit_the_time_left_drain_the_queue() {
+        let deep = view(99);
+        assert_eq!(deep.soonest_finish(0, Nanos::MAX), Some(100 * MS));
+        assert_eq!(
+            deep.soonest_finish(0, 7 * MS),
+            Some(200 * MS),
+            "batch 8 takes 8 ms"
+        );
+        assert_eq!(judge(Some(&deep), 0, 0, 150 * MS), Admission::Admit);
+        let short = ModelView {
+            batch_times: [2 * MS, 200 * MS, 0, 0, 0, 0, 0, 0],
+            ..deep
+        };
+        assert!(matches!(
+            judge(Some(&short), 0, 0, 150 * MS),
+            Admission::Refuse { .. }
+        ));
+    }
+
     #[test]
     fn replicas_share_the_backlog() {
         let mut two = view(99);
         two.replicas = 2;
-        assert_eq!(two.soonest_finish(0), Some(50 * MS));
+        assert_eq!(two.soonest_finish(0, Nanos::MAX), Some(50 * MS));
     }
 
     #[test]
@@ -134,12 +174,12 @@ mod tests {
         let mut v = view(0);
         v.free_at = 10 * MS;
         assert_eq!(
-            v.soonest_finish(0),
+            v.soonest_finish(0, Nanos::MAX),
             Some(12 * MS),
             "lane busy, then batch 1"
         );
         assert_eq!(
-            v.soonest_finish(20 * MS),
+            v.soonest_finish(20 * MS, Nanos::MAX),
             Some(22 * MS),
             "front end later still"
         );

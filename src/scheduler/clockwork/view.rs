@@ -3,7 +3,7 @@
 
 use super::ClockworkPolicy;
 use crate::model::ModelId;
-use crate::scheduler::view::ModelView;
+use crate::scheduler::view::{ModelView, MAX_BATCHES};
 use crate::time::Nanos;
 
 impl ClockworkPolicy {
@@ -22,7 +22,7 @@ impl ClockworkPolicy {
             free_at = free_at.min(device.exec.free_at(now, lanes));
         }
         let best = |b: usize| m.exec.iter().map(|k| k[b].get()).min().unwrap_or(0);
-        let last = m.batches.len().saturating_sub(1);
+        let batches = m.batches.len().min(MAX_BATCHES);
         let single = best(0);
         // Requests that could no longer finish even alone are about to time out: they
         // are not ahead of a new one.
@@ -32,8 +32,9 @@ impl ClockworkPolicy {
             free_at: if replicas == 0 { now } else { free_at },
             queued: (m.queue.len() - hopeless).try_into().unwrap_or(u32::MAX),
             single,
-            max_batch: m.batches.get(last).copied().unwrap_or(1),
-            batch_time: best(last),
+            batch_sizes: std::array::from_fn(|b| m.batches.get(b).copied().unwrap_or(0)),
+            batch_times: std::array::from_fn(|b| if b < batches { best(b) } else { 0 }),
+            batches,
             at: now,
         })
     }
