@@ -18,6 +18,7 @@ mod infer;
 mod load;
 mod placement;
 mod rate;
+mod steps;
 mod view;
 
 use std::cmp::Reverse;
@@ -230,56 +231,6 @@ impl ClockworkPolicy {
         self.models[model.0 as usize].queue.push(item);
         self.queued += 1;
         self.queue_changed(model, None);
-    }
-
-    fn observe_infer(
-        &mut self,
-        action: ActionId,
-        flight: InFlight,
-        result: Result<Measured, ActionError>,
-        plan: &mut Plan,
-    ) {
-        let Work::Infer { batch, requests } = flight.work else {
-            return;
-        };
-        let device = &mut self.devices[flight.device.0 as usize];
-        let kind = device.kind;
-        if let Some(r) = device.residents.get_mut(&flight.model) {
-            r.infers_in_flight = r.infers_in_flight.saturating_sub(1);
-            if r.infers_in_flight == 0 && device.load_blocked_by_flight {
-                // The load that was refused for want of this model's pages may go now.
-                device.load_retry_at = 0;
-                device.load_blocked_by_flight = false;
-            }
-        }
-        match result {
-            Ok(measured) => {
-                let m = &mut self.models[flight.model.0 as usize];
-                m.exec[kind][batch].observe(measured.duration);
-                m.measured_at = m.measured_at.max(measured.end);
-                self.queue_changed(flight.model, None);
-                for q in requests {
-                    let late = measured.end > q.due;
-                    plan.answers.push(Answer {
-                        request: q.id,
-                        verdict: Verdict::Completed { action, late },
-                    });
-                }
-            }
-            Err(ActionError::TooLate | ActionError::Overdue) => {
-                // Nothing ran (or nothing is known to have run): the requests may still
-                // make it on another try, elsewhere if this device is suspect.
-                for q in requests {
-                    self.enqueue(flight.model, q);
-                }
-            }
-            Err(error) => {
-                if error == ActionError::NotResident {
-                    self.forget_residency(flight.device, flight.model);
-                }
-                Self::answer(plan, requests, Verdict::Failed(error));
-            }
-        }
     }
 }
 
@@ -494,78 +445,6 @@ impl Policy for ClockworkPolicy {
                 .iter()
                 .map(|m| m.ready_on.len() as u32)
                 .collect(),
-        }
-    }
-}
-
-impl ClockworkPolicy {
-    /// Fills exec lanes, then load lanes.
-    fn schedule_devices(&mut self, now: Nanos, plan: &mut Plan) {
-        let suspects = self.suspects > 0;
-        for d in 0..self.devices.len() {
-            if !(suspects && self.devices[d].suspect) {
-                self.schedule_infers(DeviceId(d as u32), now, plan);
-            }
-        }
-        if !self.load_ranking.is_empty() {
-            // The least busy device picks first, so hot models spread over devices.
-            let (lanes, horizon) = (self.params.lanes, now + self.params.schedule_ahead);
-            let mut order: Vec<(Nanos, usize)> = self
-                .devices
-                .iter()
-                .enumerate()
-                .filter(|(_, dev)| {
-                    !(suspects && dev.suspect)
-                        && now >= dev.load_retry_at
-                        && dev.load.free_at(now, lanes) < horizon
-                })
-                .map(|(d, dev)| (dev.exec.free_at(now, lanes), d))
-                .collect();
-            order.sort_unstable();
-            for (_, d) in order {
-                self.schedule_load(DeviceId(d as u32), now, plan);
-            }
-        }
-    }
-
-    /// Drops superseded entries from the top of the expiry queue, so that the next
-    /// wake-up is a real expiry and not a stale one.
-    fn prune_expiries(&mut self) {
-        while let Some(&Reverse((at, model))) = self.expiries.peek() {
-            if self.models[model.0 as usize].expiry == Some(at) {
-                return;
-            }
-            self.expiries.pop();
-        }
-    }
-
-    /// Records a planned action and hands it to the plan.
-    fn send(&mut self, plan: &mut Plan, action: Action, work: Work) {
-        let flight = InFlight {
-            device: action.device,
-            model: action.model,
-            work,
-        };
-        self.in_flight.insert(action.id, flight);
-        plan.actions.push(action);
-    }
-
-    fn action(
-        &mut self,
-        device: DeviceId,
-        model: ModelId,
-        timing: (Nanos, Nanos, Nanos),
-        kind: ActionKind,
-    ) -> Action {
-        let (earliest, latest, expected_duration) = timing;
-        Action {
-            id: self.next_id(),
-            device,
-            model,
-            earliest,
-            latest,
-            expected_duration,
-            kind,
         }
     }
 }
