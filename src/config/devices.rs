@@ -1,0 +1,110 @@
+//! The `[[devices]]` groups (backends and their settings) and the `[[models]]` registered
+//! from built-in profiles at start.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::DeviceCount;
+
+/// Which backend a group of devices runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// Emulated device following latency profiles.
+    Sim,
+    /// Real ONNX inference with tract on a dedicated CPU thread.
+    Cpu,
+}
+
+/// A group of identical devices.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceGroupConfig {
+    pub backend: BackendKind,
+    /// Built-in device profile (`v100`, ...) giving the kind, pages and load bandwidth;
+    /// required for `sim` devices.
+    pub profile: Option<String>,
+    /// Number of devices in the group, or `"auto"` (cpu groups only): one per core the
+    /// front end does not keep (`server.front_end_cores`), at least one.
+    #[serde(default)]
+    pub count: DeviceCount,
+    /// Weight memory in pages of `runtime.page_bytes`: overrides a `sim` profile's; the
+    /// capacity of a `cpu` device (default 64, 1 GiB with 16 MiB pages).
+    pub pages: Option<u32>,
+    /// Emulation settings for `sim` devices.
+    #[serde(default)]
+    pub sim: SimConfig,
+    /// Settings of `cpu` devices.
+    #[serde(default)]
+    pub cpu: CpuConfig,
+}
+
+/// How a `cpu` device runs tract.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CpuConfig {
+    /// Threads tract uses within one run. 1 keeps a device on its own thread, the most
+    /// predictable setting; more trade predictability for speed on large batches.
+    pub threads: usize,
+}
+
+impl Default for CpuConfig {
+    fn default() -> Self {
+        Self { threads: 1 }
+    }
+}
+
+/// Pages of a `cpu` device whose group names none.
+pub const DEFAULT_CPU_PAGES: u32 = 64;
+
+fn one() -> u32 {
+    1
+}
+
+/// How an emulated device deviates from its profile.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimConfig {
+    /// Seed of the noise; devices of a group get consecutive seeds.
+    pub seed: u64,
+    /// Relative spread (coefficient of variation) of execution times; 0 is exact.
+    pub noise_cv: f64,
+    /// A window in which the device runs slower.
+    pub slowdown: Option<SlowdownConfig>,
+    /// Probability that an action fails with a device error.
+    pub failure_rate: f64,
+    /// Skip computing outputs: INFERs answer with no tensors. The simulator sets it,
+    /// since it never reads outputs and they would dominate its run time.
+    pub skip_outputs: bool,
+}
+
+/// A window of degraded speed.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlowdownConfig {
+    /// Start, from the clock's epoch.
+    #[serde(with = "humantime_serde")]
+    pub from: Duration,
+    /// End, from the clock's epoch.
+    #[serde(with = "humantime_serde")]
+    pub until: Duration,
+    /// Multiplier of every duration inside the window.
+    pub factor: f64,
+}
+
+/// Models registered at start.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// Name in the API; with `copies > 1`, copies are named `name-0`, `name-1`, ...
+    pub name: String,
+    /// Built-in model profile (`resnet50`, ...).
+    pub profile: String,
+    /// Number of independent copies (distinct models with the same profile).
+    #[serde(default = "one")]
+    pub copies: u32,
+    /// Latency objective of its requests unless a request names one.
+    #[serde(default, with = "humantime_serde")]
+    pub slo: Option<Duration>,
+}
