@@ -1,8 +1,13 @@
-//! Draining: requests admitted before shutdown are answered; later ones are refused.
+//! The controller's own refusals. Draining: requests admitted before shutdown are
+//! answered, later ones are refused. Unknown models: answered at once, before admission,
+//! never reaching the policy (whose refusals are only `deadline_unreachable` and
+//! `timed_out`).
 
 use clockwork::actors::messages::{Drain, Infer, InferError, SnapshotController};
 use clockwork::actors::RuntimeBuilder;
 use clockwork::config::Config;
+use clockwork::events::Event;
+use clockwork::outcome::Outcome;
 use clockwork::tensor::Tensor;
 use clockwork::time::{virtual_system, Clock, MS};
 
@@ -56,5 +61,48 @@ fn draining_answers_what_is_in_flight_and_refuses_the_rest() {
         let snapshot = runtime.controller.send(SnapshotController).await.unwrap();
         assert!(snapshot.draining);
         assert_eq!((snapshot.pending, snapshot.answered), (0, 20));
+    });
+}
+
+#[test]
+fn an_unknown_model_is_refused_by_the_controller_before_admission() {
+    virtual_system().unwrap().block_on(async {
+        let clock = Clock::start_virtual();
+        let config = Config::parse(CONFIG).unwrap();
+        let runtime = RuntimeBuilder::from_config(clock, &config)
+            .unwrap()
+            .start()
+            .unwrap();
+        let mut events = runtime.events.subscribe();
+        let infer = |model: &str| Infer {
+            model: model.into(),
+            inputs: vec![Tensor::from_f32("input", vec![64], &[1.0; 64])],
+            slo: None,
+            edge: None,
+        };
+        let answer = runtime.controller.send(infer("nope")).await.unwrap();
+        let error = answer.unwrap_err();
+        assert_eq!(error, InferError::UnknownModel("nope".into()));
+        assert_eq!(error.kind(), Outcome::UnknownModel);
+        assert!(error.to_string().contains("'nope'"), "{error}");
+
+        let snapshot = runtime.controller.send(SnapshotController).await.unwrap();
+        assert_eq!(snapshot.admitted, 0, "never admitted");
+        assert_eq!(snapshot.answered, 0, "not answered through the policy");
+
+        // A known model is admitted and answered through the policy, with an event; the
+        // refusal before it published none.
+        let answer = runtime.controller.send(infer("mlp")).await.unwrap();
+        assert!(answer.is_ok(), "{answer:?}");
+        let answered = loop {
+            match events.recv().await.unwrap() {
+                Event::RequestAnswered(answered) => break answered,
+                Event::ActionDone(_) => {}
+            }
+        };
+        assert_eq!(answered.outcome, Outcome::Ok);
+        assert!(answered.outcome.after_admission());
+        let snapshot = runtime.controller.send(SnapshotController).await.unwrap();
+        assert_eq!((snapshot.admitted, snapshot.answered), (1, 1));
     });
 }

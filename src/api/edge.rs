@@ -131,29 +131,25 @@ impl FrontTimes {
     /// it refuses only requests that are hopeless even if the front end is as quick as it
     /// has recently been (one slow read must not refuse the next hundred requests).
     pub fn least(&self, model: ModelId) -> Expected {
-        let models = self.models.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(m) = models.get(model.0 as usize) else {
-            return Expected::default();
-        };
-        Expected {
-            read: m[Phase::Read as usize].least(),
-            wait: m[Phase::Wait as usize].least(),
-            decode: m[Phase::Decode as usize].least(),
-            encode: m[Phase::Encode as usize].least(),
-        }
+        self.each_phase(model, Estimator::least)
     }
 
     /// The current estimates for `model` (zeros before any measurement).
     pub fn expected(&self, model: ModelId) -> Expected {
+        self.each_phase(model, Estimator::get)
+    }
+
+    /// `read` of each phase's estimator for `model` (zeros before any measurement).
+    fn each_phase(&self, model: ModelId, read: impl Fn(&Estimator) -> Nanos) -> Expected {
         let models = self.models.lock().unwrap_or_else(|e| e.into_inner());
         let Some(m) = models.get(model.0 as usize) else {
             return Expected::default();
         };
         Expected {
-            read: m[Phase::Read as usize].get(),
-            wait: m[Phase::Wait as usize].get(),
-            decode: m[Phase::Decode as usize].get(),
-            encode: m[Phase::Encode as usize].get(),
+            read: read(&m[Phase::Read as usize]),
+            wait: read(&m[Phase::Wait as usize]),
+            decode: read(&m[Phase::Decode as usize]),
+            encode: read(&m[Phase::Encode as usize]),
         }
     }
 }

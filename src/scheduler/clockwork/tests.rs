@@ -78,7 +78,7 @@ fn warm(policy: &mut ClockworkPolicy) -> Nanos {
     ready + infer.actions[0].expected_duration
 }
 
-/// Unknown model names are the controller's to refuse (`tests/controller_refusals.rs`);
+/// Unknown model names are the controller's to refuse (`tests/shutdown.rs`);
 /// an id the policy was never given is a broken invariant, not a refusal it decides.
 #[test]
 #[should_panic]
