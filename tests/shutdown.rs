@@ -4,7 +4,7 @@
 //! `timed_out`).
 
 use clockwork::actors::messages::{Drain, Infer, InferError, SnapshotController};
-use clockwork::actors::RuntimeBuilder;
+use clockwork::actors::{Runtime, RuntimeBuilder};
 use clockwork::config::Config;
 use clockwork::events::Event;
 use clockwork::outcome::Outcome;
@@ -22,15 +22,21 @@ profile = "mlp-small"
 slo = "50ms"
 "#;
 
+/// The runtime of `CONFIG` on a virtual clock (inside a virtual system).
+fn start() -> (Clock, Runtime) {
+    let clock = Clock::start_virtual();
+    let config = Config::parse(CONFIG).unwrap();
+    let runtime = RuntimeBuilder::from_config(clock, &config)
+        .unwrap()
+        .start()
+        .unwrap();
+    (clock, runtime)
+}
+
 #[test]
 fn draining_answers_what_is_in_flight_and_refuses_the_rest() {
     virtual_system().unwrap().block_on(async {
-        let clock = Clock::start_virtual();
-        let config = Config::parse(CONFIG).unwrap();
-        let runtime = RuntimeBuilder::from_config(clock, &config)
-            .unwrap()
-            .start()
-            .unwrap();
+        let (clock, runtime) = start();
         let infer = || Infer {
             model: "mlp".into(),
             inputs: vec![Tensor::from_f32("input", vec![64], &[1.0; 64])],
@@ -67,12 +73,7 @@ fn draining_answers_what_is_in_flight_and_refuses_the_rest() {
 #[test]
 fn an_unknown_model_is_refused_by_the_controller_before_admission() {
     virtual_system().unwrap().block_on(async {
-        let clock = Clock::start_virtual();
-        let config = Config::parse(CONFIG).unwrap();
-        let runtime = RuntimeBuilder::from_config(clock, &config)
-            .unwrap()
-            .start()
-            .unwrap();
+        let (_clock, runtime) = start();
         let mut events = runtime.events.subscribe();
         let infer = |model: &str| Infer {
             model: model.into(),
