@@ -62,7 +62,7 @@ impl ActionKind {
 
     /// Whether the action runs on the load lane (else the exec lane).
     pub fn is_load_lane(&self) -> bool {
-        !matches!(self, ActionKind::Infer { .. })
+        self.tag().is_load_lane()
     }
 }
 

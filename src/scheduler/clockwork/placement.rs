@@ -97,11 +97,9 @@ impl ClockworkPolicy {
         let replicas = self.replicas(model);
         let rate = m.rate.per_second(now);
         if rate > 0.0 {
-            // Batch 1 costs the most per request, so this bounds the offered load: when
-            // even it fits the replicas there are, skip the full computation (this runs
-            // on every queue change).
-            let bound = rate * self.worst_estimate(model, 0) as f64 / 1e9;
-            if replicas >= 1 && bound / self.params.target_utilisation <= f64::from(replicas) {
+            // Skip the full computation when even the bound fits (this runs on every queue
+            // change).
+            if replicas >= 1 && self.batch_one_fits(model, rate, replicas) {
                 return None;
             }
             let offered = self.offered(model, now);
@@ -119,6 +117,14 @@ impl ClockworkPolicy {
         idle.then_some((Want::Preload, 0, Reverse(Nanos::from(model.0))))
     }
 
+    /// Whether `replicas` would serve `rate` even at batch 1. Batch 1 costs the most per
+    /// request, so this bounds the offered load from above: when it holds, the rate needs
+    /// no more replicas, without the full computation of [`Self::offered`].
+    fn batch_one_fits(&self, model: ModelId, rate: f64, replicas: u32) -> bool {
+        let bound = rate * self.worst_estimate(model, 0) as f64 / 1e9;
+        bound / self.params.target_utilisation <= f64::from(replicas)
+    }
+
     /// Whether the model has fewer replicas than its arrival rate needs now.
     pub(super) fn short_of_rate(&self, model: ModelId) -> bool {
         let replicas = self.replicas(model);
@@ -130,9 +136,7 @@ impl ClockworkPolicy {
         if replicas == 0 {
             return true;
         }
-        // Batch 1 bounds the offered load (see `want`).
-        let bound = rate * self.worst_estimate(model, 0) as f64 / 1e9;
-        if bound / self.params.target_utilisation <= f64::from(replicas) {
+        if self.batch_one_fits(model, rate, replicas) {
             return false;
         }
         replicas < self.needed(model, self.now)
