@@ -47,6 +47,9 @@ pub struct Report {
     pub completed: usize,
     pub late: usize,
     pub refused: BTreeMap<&'static str, usize>,
+    /// Of the refusals, those answered at the request's arrival (the rest waited first):
+    /// under overload a policy that refuses early has most of them here.
+    pub refused_on_arrival: usize,
     pub failed: usize,
     pub actions: usize,
     pub batches: usize,
@@ -142,7 +145,12 @@ impl<P: Policy> Testbed<P> {
             self.now = self.now.max(t);
             while let Some(r) = arrivals.next_if(|r| r.arrival <= self.now) {
                 self.report.admitted += 1;
+                let before = self.plan.answers.len();
                 self.policy.admit(r, self.now, &mut self.plan);
+                let refused = self.plan.answers[before..]
+                    .iter()
+                    .filter(|a| a.request == r.id && matches!(a.verdict, Verdict::Refused(_)));
+                self.report.refused_on_arrival += refused.count();
             }
             while self
                 .events

@@ -4,6 +4,7 @@
 use super::*;
 use crate::gpu::profiles;
 use crate::model::RequestId;
+use crate::scheduler::Refusal;
 use crate::time::MS;
 
 const RESNET_PAGES: u32 = 7;
