@@ -87,7 +87,12 @@ impl ClockworkPolicy {
     /// Work of other models still to be planned is not counted: the projection is
     /// optimistic for a device shared by busy models, so the plan still refuses what
     /// turns out hopeless later, as it always did.
-    fn projected_finish(&self, model: ModelId, now: Nanos, deadline: Nanos) -> Option<Nanos> {
+    pub(super) fn projected_finish(
+        &self,
+        model: ModelId,
+        now: Nanos,
+        deadline: Nanos,
+    ) -> Option<Nanos> {
         let m = &self.models[model.0 as usize];
         let lanes = self.params.lanes;
         let mut free = [(0, 0); MAX_PROJECTED];
