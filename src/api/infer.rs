@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use std::sync::Arc;
 
-use actix_web::http::header::HeaderMap;
+use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use super::binary::{self, Sections};
 use super::codec;
@@ -130,10 +130,15 @@ pub(super) async fn run(
         decoded.slo,
     );
     front.took(Phase::Encode, started);
-    if state.clock.now() > front.arrival.saturating_add(slo) {
+    let done = state.clock.now();
+    if done > front.arrival.saturating_add(slo) {
         state.metrics.late_at_edge(entry.id);
     }
-    Ok(response)
+    Ok(with_server_timing(
+        response,
+        done.saturating_sub(front.arrival),
+        inferred.timing.exec.duration,
+    ))
 }
 
 /// A request body turned into what the controller takes.
@@ -404,6 +409,22 @@ fn choose_outputs(entry: &Entry, request: &InferRequest) -> Result<Vec<Wanted>, 
         })
         .collect()
 }
+
+/// Tells the client, in the standard `Server-Timing` header, how long the server held the
+/// request (`edge`: from its head being read to its answer encoded) and how long its batch
+/// ran (`exec`), in milliseconds: a client that sees an answer late can tell whether the
+/// time went inside the server or before and after it (network, its own queues).
+fn with_server_timing(mut response: HttpResponse, edge: Nanos, exec: Nanos) -> HttpResponse {
+    let ms = |t: Nanos| t as f64 / 1e6;
+    let value = format!("edge;dur={:.3}, exec;dur={:.3}", ms(edge), ms(exec));
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        response.headers_mut().insert(SERVER_TIMING, value);
+    }
+    response
+}
+
+/// The header [`with_server_timing`] writes.
+const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
 
 /// The response: JSON, or a JSON header followed by the binary outputs.
 fn encode(
