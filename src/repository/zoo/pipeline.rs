@@ -210,3 +210,109 @@ fn classifier(batch: Batch, seed: u64) -> Vec<u8> {
     g.output(&y, "probs", &[n, Dim::Fixed(10)]);
     g.finish("clockwork-zoo")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::cpu::graph::Signature;
+
+    /// The graph signature of zoo model `name`.
+    fn signature(name: &str) -> Signature {
+        let bytes = build(name, Batch::Dynamic, super::super::SEED).expect("a zoo model");
+        Signature::read(&bytes).expect("a readable graph")
+    }
+
+    /// The keys of a TOML table, sorted.
+    fn names(table: &toml::Value) -> Vec<String> {
+        let table = table.as_table().expect("a table");
+        sorted(table.keys())
+    }
+
+    fn sorted<'a>(names: impl IntoIterator<Item = &'a String>) -> Vec<String> {
+        let mut names: Vec<String> = names.into_iter().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// The declaration names what the zoo's graphs have: the stage models, their input
+    /// and output names, the image shape, and tensors produced where they are used. (The
+    /// pipeline parser checks declarations in full; this keeps the zoo's own in step with
+    /// its models.)
+    #[test]
+    fn the_declaration_matches_the_zoo_models() {
+        let text = pipeline_text("detect_classify").expect("the zoo's pipeline");
+        let value: toml::Value = toml::from_str(&text).expect("valid TOML");
+        let pipeline = &value["pipeline"];
+        let stages = pipeline["stages"].as_array().expect("stages");
+        let (detect, classify) = (&stages[0], &stages[1]);
+        assert_eq!(detect["model"].as_str(), Some("detector"));
+        assert_eq!(classify["model"].as_str(), Some("classifier"));
+        assert_eq!(classify["after"].as_str(), Some("detect"));
+        let detector = signature("detector");
+        let image = &detector.inputs[0];
+        let dims: Vec<i64> = pipeline["inputs"][0]["shape"]
+            .as_array()
+            .expect("a shape")
+            .iter()
+            .filter_map(toml::Value::as_integer)
+            .collect();
+        let graph_dims: Vec<i64> = image.dims[1..].iter().map(|d| d.unwrap() as i64).collect();
+        assert_eq!(dims, graph_dims, "the image is the detector's input item");
+        assert_eq!(names(&detect["input_map"]), [image.name.as_str()]);
+        assert_eq!(names(&detect["output_map"]), sorted(&detector.outputs));
+        let classifier = signature("classifier");
+        assert_eq!(
+            names(&classify["input_map"]),
+            [classifier.inputs[0].name.as_str()]
+        );
+        assert_eq!(names(&classify["output_map"]), sorted(&classifier.outputs));
+        let fan_out = &classify["fan_out"];
+        assert_eq!(fan_out["rows"].as_str(), Some("crops"));
+        assert_eq!(fan_out["score"].as_str(), Some("scores"));
+        let min = fan_out["min"].as_float().expect("a threshold");
+        assert_eq!(min as f32, CROP_MIN_SCORE);
+        let outputs: Vec<&str> = pipeline["outputs"]
+            .as_array()
+            .expect("outputs")
+            .iter()
+            .filter_map(toml::Value::as_str)
+            .collect();
+        assert_eq!(outputs, ["scores", "labels"]);
+        assert_eq!(classify["output_map"]["probs"].as_str(), Some("labels"));
+    }
+
+    #[test]
+    fn pipelines_are_written_as_a_directory_with_only_a_config() {
+        let root = std::env::temp_dir().join(format!("clockwork-zoo-pipes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        assert_eq!(write_pipelines(&root).unwrap(), PIPELINES);
+        let dir = root.join("detect_classify");
+        let entries: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(entries, [CONFIG_FILE]);
+        let written = std::fs::read_to_string(dir.join(CONFIG_FILE)).unwrap();
+        assert_eq!(Some(written), pipeline_text("detect_classify"));
+        // A second call leaves an existing declaration alone.
+        assert!(write_pipelines(&root).unwrap().is_empty());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn regions_tile_the_image_in_row_major_order() {
+        let corners: Vec<_> = (0..REGIONS).map(region_corner).collect();
+        let want = [
+            (0, 0),
+            (0, 8),
+            (0, 16),
+            (8, 0),
+            (8, 8),
+            (8, 16),
+            (16, 0),
+            (16, 8),
+            (16, 16),
+        ];
+        assert_eq!(corners, want);
+    }
+}
