@@ -45,12 +45,14 @@ const LOGIT_STD: f32 = 1.5;
 pub(super) fn config_text(name: &str) -> Option<&'static str> {
     match name {
         "detector" => Some(
-            "# Built-in zoo: scores 9 fixed 16x16 regions of a 3x32x32 image and crops them \
-             (the first stage of the detect_classify pipeline).\nmax_batch_size = 16\nslo = \"50ms\"\n",
+            "# Built-in zoo: scores 9 fixed 16x16 regions of a 3x32x32 image and crops them\n\
+             # (the first stage of the detect_classify pipeline).\n\
+             max_batch_size = 16\nslo = \"50ms\"\n",
         ),
         "classifier" => Some(
-            "# Built-in zoo: 2 conv + pool stages and a dense layer on 3x16x16 crops \
-             (the second stage of the detect_classify pipeline).\nmax_batch_size = 16\nslo = \"50ms\"\n",
+            "# Built-in zoo: 2 conv + pool stages and a dense layer on 3x16x16 crops\n\
+             # (the second stage of the detect_classify pipeline).\n\
+             max_batch_size = 16\nslo = \"50ms\"\n",
         ),
         _ => None,
     }
