@@ -99,6 +99,19 @@ impl RuntimeBuilder {
         }
         if repository.load_all {
             for name in source.repository.names()? {
+                match source.repository.pipeline(&name) {
+                    // Validated against the models once they are registered.
+                    Ok(Some(decl)) => {
+                        self.pipelines.push((name, decl));
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(error) => {
+                        tracing::error!(pipeline = %name, %error, "pipeline refused");
+                        self.refused.push((name, error.to_string()));
+                        continue;
+                    }
+                }
                 match source.prepare(&name) {
                     Ok(registration) => {
                         log_prepared(&registration);

@@ -25,6 +25,8 @@ pub struct StageModel {
 /// Why a declaration cannot be served.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PipelineError {
+    #[error("the name '{0}' is a registered model's: give the pipeline another")]
+    NameTaken(String),
     #[error("the pipeline has no stages: add at least one [[pipeline.stages]]")]
     NoStages,
     #[error("slo must be more than zero")]
