@@ -97,6 +97,9 @@ pub(super) async fn run(
     request: &HttpRequest,
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
+    if let Some(served) = state.pipelines.get(model) {
+        return super::pipelines::infer(state, &served, version, request, body).await;
+    }
     let entry = state.models.ready(model, version)?;
     let front = Front::new(state, &entry, request);
     front.admit_before_reading()?;
@@ -138,16 +141,20 @@ pub(super) async fn run(
 }
 
 /// A request body turned into what the controller takes.
-struct Decoded {
-    request: InferRequest,
-    slo: Option<Nanos>,
-    inputs: Vec<Tensor>,
-    batched: bool,
-    outputs: Vec<Wanted>,
+pub(super) struct Decoded {
+    pub(super) request: InferRequest,
+    pub(super) slo: Option<Nanos>,
+    pub(super) inputs: Vec<Tensor>,
+    pub(super) batched: bool,
+    pub(super) outputs: Vec<Wanted>,
 }
 
 /// Splits, parses and checks a body: the work the decode pool does.
-fn decode_body(entry: &Entry, headers: &HeaderMap, body: web::Bytes) -> Result<Decoded, ApiError> {
+pub(super) fn decode_body(
+    entry: &Entry,
+    headers: &HeaderMap,
+    body: web::Bytes,
+) -> Result<Decoded, ApiError> {
     let (json, binary) = binary::split(headers, body)?;
     let request: InferRequest =
         serde_json::from_slice(&json).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
@@ -367,7 +374,7 @@ fn decode_inputs(
 }
 
 /// An output to answer, and whether as binary data.
-struct Wanted {
+pub(super) struct Wanted {
     name: String,
     binary: bool,
 }
@@ -415,12 +422,31 @@ fn encode(
     batched: bool,
     slo: Option<Nanos>,
 ) -> HttpResponse {
+    let slo_ms = slo.unwrap_or(entry.spec.slo) as f64 / 1e6;
+    let parameters = Parameters::from_iter([
+        ("emulated".to_owned(), Value::Bool(inferred.emulated)),
+        ("late".to_owned(), Value::Bool(inferred.late)),
+        ("batch_size".to_owned(), inferred.timing.batch.into()),
+        ("slo_ms".to_owned(), slo_ms.into()),
+    ]);
+    respond(entry, id, &inferred.outputs, wanted, batched, parameters)
+}
+
+/// The response of `outputs` (a model's or a pipeline's), with its `parameters`.
+pub(super) fn respond(
+    entry: &Entry,
+    id: Option<String>,
+    tensors: &[Tensor],
+    wanted: &[Wanted],
+    batched: bool,
+    parameters: Parameters,
+) -> HttpResponse {
     let mut outputs = Vec::with_capacity(wanted.len());
     let mut binary = Vec::new();
     for want in wanted {
         // The device gives every declared output; one it did not give is left out
         // rather than invented.
-        let Some(tensor) = inferred.outputs.iter().find(|t| t.name == want.name) else {
+        let Some(tensor) = tensors.iter().find(|t| t.name == want.name) else {
             tracing::warn!(model = %entry.spec.name, output = %want.name, "device gave no such output");
             continue;
         };
@@ -444,13 +470,6 @@ fn encode(
             data,
         });
     }
-    let slo_ms = slo.unwrap_or(entry.spec.slo) as f64 / 1e6;
-    let parameters = Parameters::from_iter([
-        ("emulated".to_owned(), Value::Bool(inferred.emulated)),
-        ("late".to_owned(), Value::Bool(inferred.late)),
-        ("batch_size".to_owned(), inferred.timing.batch.into()),
-        ("slo_ms".to_owned(), slo_ms.into()),
-    ]);
     let response = InferResponse {
         model_name: entry.spec.name.clone(),
         model_version: entry.version(),

@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
 use super::v2::datatype_name;
-use super::ApiState;
+use super::{pipelines, ApiState};
 use crate::actors::messages::SnapshotController;
 use crate::actors::ModelTable;
 use crate::model::{DataType, ModelId, ModelSpec, TensorSpec};
@@ -32,6 +32,15 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// An entry for what is not a registered model (a pipeline), for the codec.
+    pub fn detached(spec: ModelSpec) -> Self {
+        Self {
+            id: ModelId(u32::MAX),
+            spec,
+            available: AtomicBool::new(true),
+        }
+    }
+
     /// Whether the API admits requests for it (not unloaded).
     pub fn available(&self) -> bool {
         self.available.load(Ordering::Relaxed)
@@ -199,7 +208,7 @@ fn metadata_tensor(spec: &TensorSpec, batched: bool) -> TensorMetadata {
     }
 }
 
-fn config_tensor(spec: &TensorSpec) -> ConfigTensor {
+pub(super) fn config_tensor(spec: &TensorSpec) -> ConfigTensor {
     let data_type = match spec.datatype {
         DataType::Bytes => "TYPE_STRING".to_owned(),
         other => format!("TYPE_{}", datatype_name(other)),
@@ -211,7 +220,7 @@ fn config_tensor(spec: &TensorSpec) -> ConfigTensor {
     }
 }
 
-fn metadata_of(spec: &ModelSpec) -> ModelMetadata {
+pub(super) fn metadata_of(spec: &ModelSpec) -> ModelMetadata {
     ModelMetadata {
         name: spec.name.clone(),
         versions: vec![spec.version.to_string()],
@@ -261,6 +270,9 @@ pub(super) async fn metadata(
     state: web::Data<ApiState>,
     path: web::Path<String>,
 ) -> Result<web::Json<ModelMetadata>, ApiError> {
+    if let Some(served) = state.pipelines.get(&path) {
+        return Ok(web::Json(pipelines::metadata(&served, None)?));
+    }
     let entry = state.models.find(&path, None)?;
     Ok(web::Json(metadata_of(&entry.spec)))
 }
@@ -276,13 +288,16 @@ pub(super) async fn version_metadata(
     path: web::Path<(String, String)>,
 ) -> Result<web::Json<ModelMetadata>, ApiError> {
     let (model, version) = path.into_inner();
+    if let Some(served) = state.pipelines.get(&model) {
+        return Ok(web::Json(pipelines::metadata(&served, Some(&version))?));
+    }
     let entry = state.models.find(&model, Some(&version))?;
     Ok(web::Json(metadata_of(&entry.spec)))
 }
 
 /// Whether the model is servable: admitted by the API (not unloaded) and ready on some
 /// device, so that a request sent now is not refused for being cold. Asks the controller.
-async fn servable(state: &ApiState, entry: &Entry) -> Result<(), ApiError> {
+pub(super) async fn servable(state: &ApiState, entry: &Entry) -> Result<(), ApiError> {
     let snapshot = state.controller.send(SnapshotController).await;
     let replicas = snapshot.map_or(0, |s| {
         let on_devices = s.policy.ready_replicas.get(entry.id.0 as usize).copied();
@@ -311,6 +326,10 @@ pub(super) async fn ready(
     state: web::Data<ApiState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
+    if let Some(served) = state.pipelines.get(&path) {
+        pipelines::ready(&state, &served, None).await?;
+        return Ok(HttpResponse::Ok().finish());
+    }
     let entry = state.models.ready(&path, None)?;
     servable(&state, &entry).await?;
     Ok(HttpResponse::Ok().finish())
@@ -329,6 +348,10 @@ pub(super) async fn version_ready(
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let (model, version) = path.into_inner();
+    if let Some(served) = state.pipelines.get(&model) {
+        pipelines::ready(&state, &served, Some(&version)).await?;
+        return Ok(HttpResponse::Ok().finish());
+    }
     let entry = state.models.ready(&model, Some(&version))?;
     servable(&state, &entry).await?;
     Ok(HttpResponse::Ok().finish())
@@ -343,9 +366,12 @@ pub(super) async fn version_ready(
 pub(super) async fn config(
     state: web::Data<ApiState>,
     path: web::Path<String>,
-) -> Result<web::Json<ModelConfig>, ApiError> {
+) -> Result<HttpResponse, ApiError> {
+    if let Some(served) = state.pipelines.get(&path) {
+        return Ok(HttpResponse::Ok().json(pipelines::config(&served, None)?));
+    }
     let entry = state.models.find(&path, None)?;
-    Ok(web::Json(config_of(&entry.spec)))
+    Ok(HttpResponse::Ok().json(config_of(&entry.spec)))
 }
 
 /// Triton model configuration of a model version.
@@ -357,10 +383,13 @@ pub(super) async fn config(
 pub(super) async fn version_config(
     state: web::Data<ApiState>,
     path: web::Path<(String, String)>,
-) -> Result<web::Json<ModelConfig>, ApiError> {
+) -> Result<HttpResponse, ApiError> {
     let (model, version) = path.into_inner();
+    if let Some(served) = state.pipelines.get(&model) {
+        return Ok(HttpResponse::Ok().json(pipelines::config(&served, Some(&version))?));
+    }
     let entry = state.models.find(&model, Some(&version))?;
-    Ok(web::Json(config_of(&entry.spec)))
+    Ok(HttpResponse::Ok().json(config_of(&entry.spec)))
 }
 
 #[cfg(test)]
