@@ -165,6 +165,25 @@ async fn pipeline_outputs_equal_its_stages_called_one_after_another() {
     // One crop: the join has one row of the classifier's outputs (batch dim added).
     assert_eq!(out("labels")["shape"], json!([1, 1, 3]));
     assert_eq!(out("labels")["data"], cls["outputs"][0]["data"]);
+
+    // Metrics per pipeline and per stage (the subscriber runs behind the answers).
+    let wanted = [
+        "clockwork_pipeline_requests{outcome=\"ok\",pipeline=\"cascade\"} 1",
+        "clockwork_pipeline_latency_seconds_count{pipeline=\"cascade\"} 1",
+        "clockwork_pipeline_stage_latency_seconds_count{pipeline=\"cascade\",stage=\"classify\"} 1",
+        "clockwork_pipeline_fan_out_sum{pipeline=\"cascade\",stage=\"classify\"} 1",
+    ];
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = String::from_utf8(server.get("/metrics").await.1).unwrap();
+        if wanted.iter().all(|w| text.contains(w)) {
+            break;
+        }
+        actix_web::rt::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    for w in wanted {
+        assert!(text.contains(w), "{w} not in\n{text}");
+    }
     server.stop().await;
 }
 

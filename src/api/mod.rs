@@ -26,6 +26,7 @@ mod infer;
 mod metrics;
 mod models;
 pub mod openapi;
+mod pipeline_metrics;
 mod pipelines;
 mod repository;
 mod v2;
