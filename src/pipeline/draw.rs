@@ -17,7 +17,7 @@ pub const MAX_COUNT: usize = 4096;
 pub fn count(dist: EmulatedFanOut, seed: u64) -> usize {
     let mut rng = StdRng::seed_from_u64(seed);
     let (mean, variance) = (dist.mean, dist.variance);
-    if !(mean > 0.0) {
+    if mean.is_nan() || mean <= 0.0 {
         return 0;
     }
     let drawn = if (variance - mean).abs() <= 1e-9 * mean {
@@ -44,7 +44,7 @@ pub fn count(dist: EmulatedFanOut, seed: u64) -> usize {
 }
 
 fn poisson(rate: f64, rng: &mut StdRng) -> f64 {
-    if !(rate > 0.0) {
+    if rate.is_nan() || rate <= 0.0 {
         return 0.0;
     }
     Poisson::new(rate).map_or(rate.round(), |p| p.sample(rng))

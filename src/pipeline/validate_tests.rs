@@ -75,7 +75,8 @@ fn a_good_declaration_is_ordered_and_typed() {
 #[test]
 fn each_mistake_has_its_error() {
     use PipelineError as E;
-    let cases: Vec<(String, fn(&PipelineError) -> bool)> = vec![
+    type Expect = fn(&PipelineError) -> bool;
+    let cases: Vec<(String, Expect)> = vec![
         (GOOD.replace("\"cls\"", "\"nope\""), |e| {
             matches!(e, E::UnknownModel { .. })
         }),

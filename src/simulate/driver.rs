@@ -111,9 +111,11 @@ async fn simulate(
     )));
     let listener = {
         let recorder = Rc::clone(&recorder);
-        Listener::spawn(runtime.events.subscribe(), move |event| match event {
-            Event::ActionDone(done) => recorder.borrow_mut().action(&done),
-            _ => {}
+        Listener::spawn(runtime.events.subscribe(), move |event| {
+            // Pipelines' events are the pipeline simulator's.
+            if let Event::ActionDone(done) = event {
+                recorder.borrow_mut().action(&done);
+            }
         })
     };
     let spec = &runtime.models[0];
