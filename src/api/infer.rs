@@ -27,7 +27,7 @@ use crate::scheduler::view::{judge, Admission};
 use crate::tensor::Tensor;
 use crate::time::Nanos;
 
-/// Infers with a model.
+/// Infers with a model, or a pipeline (its root request; the answer holds its outputs).
 #[utoipa::path(
     tag = "inference",
     request_body(content = InferRequest, description = "JSON, or with Triton's binary tensor \
@@ -38,7 +38,7 @@ use crate::time::Nanos;
         (status = 404, description = "unknown_model, unknown_version", body = ErrorBody),
         (status = 413, description = "payload_too_large", body = ErrorBody),
         (status = 500, description = "execution_failed", body = ErrorBody),
-        (status = 503, description = "deadline_unreachable, timed_out, shutting_down, model_unavailable", body = ErrorBody),
+        (status = 503, description = "deadline_unreachable, timed_out, withdrawn, shutting_down, model_unavailable", body = ErrorBody),
     )
 )]
 #[post("/v2/models/{model}/infer")]
@@ -61,7 +61,7 @@ pub(super) async fn infer(
         (status = 404, description = "unknown_model, unknown_version", body = ErrorBody),
         (status = 413, description = "payload_too_large", body = ErrorBody),
         (status = 500, description = "execution_failed", body = ErrorBody),
-        (status = 503, description = "deadline_unreachable, timed_out, shutting_down, model_unavailable", body = ErrorBody),
+        (status = 503, description = "deadline_unreachable, timed_out, withdrawn, shutting_down, model_unavailable", body = ErrorBody),
     )
 )]
 #[post("/v2/models/{model}/versions/{version}/infer")]
