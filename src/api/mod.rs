@@ -18,6 +18,7 @@
 //! | `error.rs` | the one error type, its kinds and status codes |
 
 mod binary;
+mod body;
 mod codec;
 mod edge;
 mod error;

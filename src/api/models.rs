@@ -18,6 +18,7 @@ use super::error::{ApiError, ErrorBody};
 use super::v2::datatype_name;
 use super::{pipelines, ApiState};
 use crate::actors::messages::SnapshotController;
+use crate::actors::pipeline_table::Served;
 use crate::actors::ModelTable;
 use crate::model::{DataType, ModelId, ModelSpec, TensorSpec};
 
@@ -32,15 +33,6 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// An entry for what is not a registered model (a pipeline), for the codec.
-    pub fn detached(spec: ModelSpec) -> Self {
-        Self {
-            id: ModelId(u32::MAX),
-            spec,
-            available: AtomicBool::new(true),
-        }
-    }
-
     /// Whether the API admits requests for it (not unloaded).
     pub fn available(&self) -> bool {
         self.available.load(Ordering::Relaxed)
@@ -208,7 +200,7 @@ fn metadata_tensor(spec: &TensorSpec, batched: bool) -> TensorMetadata {
     }
 }
 
-pub(super) fn config_tensor(spec: &TensorSpec) -> ConfigTensor {
+fn config_tensor(spec: &TensorSpec) -> ConfigTensor {
     let data_type = match spec.datatype {
         DataType::Bytes => "TYPE_STRING".to_owned(),
         other => format!("TYPE_{}", datatype_name(other)),
@@ -220,7 +212,7 @@ pub(super) fn config_tensor(spec: &TensorSpec) -> ConfigTensor {
     }
 }
 
-pub(super) fn metadata_of(spec: &ModelSpec) -> ModelMetadata {
+fn metadata_of(spec: &ModelSpec) -> ModelMetadata {
     ModelMetadata {
         name: spec.name.clone(),
         versions: vec![spec.version.to_string()],
@@ -260,6 +252,28 @@ fn config_of(spec: &ModelSpec) -> ModelConfig {
     }
 }
 
+/// A pipeline's metadata: described as a model of platform `ensemble`.
+fn pipeline_metadata(served: &Served, version: Option<&str>) -> Result<ModelMetadata, ApiError> {
+    pipelines::check_version(served, version)?;
+    let mut described = metadata_of(&pipelines::pipeline_spec(&served.pipeline));
+    described.platform = pipelines::ENSEMBLE.to_owned();
+    Ok(described)
+}
+
+/// A pipeline is ready when every stage's model is.
+async fn pipeline_ready(
+    state: &ApiState,
+    served: &Served,
+    version: Option<&str>,
+) -> Result<(), ApiError> {
+    pipelines::check_version(served, version)?;
+    for stage in &served.pipeline.stages {
+        let entry = state.models.ready(&stage.model, None)?;
+        servable(state, &entry).await?;
+    }
+    Ok(())
+}
+
 /// Metadata of a model.
 #[utoipa::path(tag = "models", responses(
     (status = 200, body = ModelMetadata),
@@ -271,7 +285,7 @@ pub(super) async fn metadata(
     path: web::Path<String>,
 ) -> Result<web::Json<ModelMetadata>, ApiError> {
     if let Some(served) = state.pipelines.get(&path) {
-        return Ok(web::Json(pipelines::metadata(&served, None)?));
+        return Ok(web::Json(pipeline_metadata(&served, None)?));
     }
     let entry = state.models.find(&path, None)?;
     Ok(web::Json(metadata_of(&entry.spec)))
@@ -289,7 +303,7 @@ pub(super) async fn version_metadata(
 ) -> Result<web::Json<ModelMetadata>, ApiError> {
     let (model, version) = path.into_inner();
     if let Some(served) = state.pipelines.get(&model) {
-        return Ok(web::Json(pipelines::metadata(&served, Some(&version))?));
+        return Ok(web::Json(pipeline_metadata(&served, Some(&version))?));
     }
     let entry = state.models.find(&model, Some(&version))?;
     Ok(web::Json(metadata_of(&entry.spec)))
@@ -297,7 +311,7 @@ pub(super) async fn version_metadata(
 
 /// Whether the model is servable: admitted by the API (not unloaded) and ready on some
 /// device, so that a request sent now is not refused for being cold. Asks the controller.
-pub(super) async fn servable(state: &ApiState, entry: &Entry) -> Result<(), ApiError> {
+async fn servable(state: &ApiState, entry: &Entry) -> Result<(), ApiError> {
     let snapshot = state.controller.send(SnapshotController).await;
     let replicas = snapshot.map_or(0, |s| {
         let on_devices = s.policy.ready_replicas.get(entry.id.0 as usize).copied();
@@ -327,7 +341,7 @@ pub(super) async fn ready(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     if let Some(served) = state.pipelines.get(&path) {
-        pipelines::ready(&state, &served, None).await?;
+        pipeline_ready(&state, &served, None).await?;
         return Ok(HttpResponse::Ok().finish());
     }
     let entry = state.models.ready(&path, None)?;
@@ -349,7 +363,7 @@ pub(super) async fn version_ready(
 ) -> Result<HttpResponse, ApiError> {
     let (model, version) = path.into_inner();
     if let Some(served) = state.pipelines.get(&model) {
-        pipelines::ready(&state, &served, Some(&version)).await?;
+        pipeline_ready(&state, &served, Some(&version)).await?;
         return Ok(HttpResponse::Ok().finish());
     }
     let entry = state.models.ready(&model, Some(&version))?;
@@ -368,7 +382,7 @@ pub(super) async fn config(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     if let Some(served) = state.pipelines.get(&path) {
-        return Ok(HttpResponse::Ok().json(pipelines::config(&served, None)?));
+        return Ok(HttpResponse::Ok().json(pipelines::config(&served, None, config_tensor)?));
     }
     let entry = state.models.find(&path, None)?;
     Ok(HttpResponse::Ok().json(config_of(&entry.spec)))
@@ -386,7 +400,11 @@ pub(super) async fn version_config(
 ) -> Result<HttpResponse, ApiError> {
     let (model, version) = path.into_inner();
     if let Some(served) = state.pipelines.get(&model) {
-        return Ok(HttpResponse::Ok().json(pipelines::config(&served, Some(&version))?));
+        return Ok(HttpResponse::Ok().json(pipelines::config(
+            &served,
+            Some(&version),
+            config_tensor,
+        )?));
     }
     let entry = state.models.find(&model, Some(&version))?;
     Ok(HttpResponse::Ok().json(config_of(&entry.spec)))

@@ -1,16 +1,17 @@
-//! The routes of pipelines: a pipeline answers `infer`, metadata, `ready` and `config` at
-//! the same paths as a model (`/v2/models/{pipeline}/...`). Its requests go to its
-//! pipeline actor (`crate::actors::pipeline`), through the same codec as a model's;
-//! `config` is Triton's ensemble form, so Triton's clients read it.
+//! Pipelines at the models' paths (`/v2/models/{pipeline}/...`): the model routes find a
+//! pipeline's name in the `PipelineTable` first and come here. Its requests go to its
+//! pipeline actor (`crate::actors::pipeline`) through the same body codec as a model's
+//! (`body.rs`); metadata describe it as a model of platform `ensemble`; `config` is
+//! Triton's ensemble form, so Triton's clients read it; `ready` is the models' (every
+//! stage model ready, `models.rs`).
 
 use std::collections::BTreeMap;
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::{json, Value};
 
+use super::body::{decode_body, respond};
 use super::error::ApiError;
-use super::infer::{decode_body, respond};
-use super::models::{config_tensor, metadata_of, servable, Entry, ModelMetadata};
 use super::v2::Parameters;
 use super::ApiState;
 use crate::actors::messages::{Edge, InferError};
@@ -23,7 +24,7 @@ use crate::pipeline::{FanOut, Pipeline};
 use crate::scheduler::{ActionError, Refusal};
 
 /// What Triton's ensembles call the platform.
-const ENSEMBLE: &str = "ensemble";
+pub const ENSEMBLE: &str = "ensemble";
 
 /// A pipeline described as a model is to the codec: its inputs, its outputs (joined
 /// ones with their leading dimension), its objective; version 1.
@@ -43,7 +44,7 @@ pub fn pipeline_spec(p: &Pipeline) -> ModelSpec {
     }
 }
 
-fn check_version(served: &Served, version: Option<&str>) -> Result<(), ApiError> {
+pub(super) fn check_version(served: &Served, version: Option<&str>) -> Result<(), ApiError> {
     match version {
         None | Some("1") => Ok(()),
         Some(other) => Err(ApiError::UnknownVersion {
@@ -70,8 +71,8 @@ pub(super) async fn infer(
         .await
         .map_err(|_| ApiError::PayloadTooLarge { limit })?
         .map_err(|e| ApiError::InvalidBody(e.to_string()))?;
-    let entry = Entry::detached(pipeline_spec(&served.pipeline));
-    let decoded = decode_body(&entry, request.headers(), bytes)?;
+    let spec = pipeline_spec(&served.pipeline);
+    let decoded = decode_body(&spec, request.headers(), bytes)?;
     let (reply, answer) = tokio::sync::oneshot::channel();
     served.actor.do_send(RunPipeline {
         inputs: decoded.inputs,
@@ -92,7 +93,7 @@ pub(super) async fn infer(
         ("missing".to_owned(), json!(answer.missing)),
     ]);
     Ok(respond(
-        &entry,
+        &spec,
         decoded.request.id.clone(),
         &answer.outputs,
         &decoded.outputs,
@@ -114,31 +115,13 @@ fn failure_error(failure: Failure) -> ApiError {
     ApiError::Infer(error)
 }
 
-/// `GET /v2/models/{pipeline}`: its tensors, platform `ensemble`.
-pub(super) fn metadata(served: &Served, version: Option<&str>) -> Result<ModelMetadata, ApiError> {
-    check_version(served, version)?;
-    let mut metadata = metadata_of(&pipeline_spec(&served.pipeline));
-    metadata.platform = ENSEMBLE.to_owned();
-    Ok(metadata)
-}
-
-/// `GET /v2/models/{pipeline}/ready`: ready when every stage's model is.
-pub(super) async fn ready(
-    state: &ApiState,
-    served: &Served,
-    version: Option<&str>,
-) -> Result<(), ApiError> {
-    check_version(served, version)?;
-    for stage in &served.pipeline.stages {
-        let entry = state.models.ready(&stage.model, None)?;
-        servable(state, &entry).await?;
-    }
-    Ok(())
-}
-
 /// `GET /v2/models/{pipeline}/config`: Triton's ensemble configuration; the fan-outs and
 /// the objective are in `parameters`.
-pub(super) fn config(served: &Served, version: Option<&str>) -> Result<Value, ApiError> {
+pub(super) fn config<T: serde::Serialize>(
+    served: &Served,
+    version: Option<&str>,
+    tensor: impl Fn(&crate::model::TensorSpec) -> T,
+) -> Result<Value, ApiError> {
     check_version(served, version)?;
     let p = &served.pipeline;
     let spec = pipeline_spec(p);
@@ -189,8 +172,8 @@ pub(super) fn config(served: &Served, version: Option<&str>) -> Result<Value, Ap
         "name": p.name,
         "platform": ENSEMBLE,
         "max_batch_size": 1,
-        "input": spec.inputs.iter().map(config_tensor).collect::<Vec<_>>(),
-        "output": spec.outputs.iter().map(config_tensor).collect::<Vec<_>>(),
+        "input": spec.inputs.iter().map(&tensor).collect::<Vec<_>>(),
+        "output": spec.outputs.iter().map(&tensor).collect::<Vec<_>>(),
         "ensemble_scheduling": { "step": steps },
         "parameters": parameters,
     }))
