@@ -1,7 +1,6 @@
 //! Tensor rows for the fan-out and the join: a row cut from a tensor with rows, a zero
 //! row, score values, rows stacked along a new leading dimension.
 
-use super::run::{failed, Failure};
 use crate::model::{DataType, TensorSpec};
 use crate::tensor::Tensor;
 
@@ -73,13 +72,13 @@ pub(super) fn concat(
     datatype: DataType,
     inner: &[i64],
     rows: &[&Tensor],
-) -> Result<Tensor, Failure> {
+) -> Result<Tensor, String> {
     let shape = match rows.first() {
         Some(first) => {
             if rows.iter().any(|t| t.shape != first.shape) {
-                return Err(failed(format!(
+                return Err(format!(
                     "rows of '{name}' differ in shape and cannot be joined"
-                )));
+                ));
             }
             first.shape.clone()
         }

@@ -275,7 +275,8 @@ impl Run {
             done.sort_by(|a, b| a.0.cmp(b.0));
             let tensors: Vec<&Tensor> = done.into_iter().map(|(_, t)| t).collect();
             outputs.push(if out.joined {
-                concat(&out.name, out.spec.datatype, &out.spec.shape[1..], &tensors)?
+                concat(&out.name, out.spec.datatype, &out.spec.shape[1..], &tensors)
+                    .map_err(failed)?
             } else {
                 let t = tensors.first().ok_or_else(|| {
                     failed(format!(
@@ -374,7 +375,7 @@ fn find<'a>(tensors: &'a [Tensor], name: &str) -> Option<&'a Tensor> {
     tensors.iter().rev().find(|t| t.name == name)
 }
 
-pub(super) fn failed(message: String) -> Failure {
+fn failed(message: String) -> Failure {
     Failure {
         outcome: Outcome::ExecutionFailed,
         message,
