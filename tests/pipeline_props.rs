@@ -325,8 +325,8 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(cases()))]
 
     /// Mutations that break it: `Run::on_answer` not listing the outstanding siblings in
-    /// `withdraw` (a sibling is planned after its root was refused); `ClockworkPolicy::
-    /// withdraw` returning true without removing the request (never answered).
+    /// `withdraw`, or `ClockworkPolicy::withdraw` leaving the request queued (either way a
+    /// sibling is planned after its root was refused).
     #[test]
     fn every_root_one_answer_and_no_work_after_a_refusal(s in scenario()) {
         check(&s, 1.3)?;
