@@ -52,6 +52,7 @@ impl Sender {
             inputs: Arc::clone(&self.inputs),
             slo: Some(arrival.slo.unwrap_or(self.default_slo)),
             edge: None,
+            root: None,
             reply,
         });
         let this = self.clone();
@@ -110,9 +111,11 @@ async fn simulate(
     )));
     let listener = {
         let recorder = Rc::clone(&recorder);
-        Listener::spawn(runtime.events.subscribe(), move |event| match event {
-            Event::ActionDone(done) => recorder.borrow_mut().action(&done),
-            Event::RequestAnswered(_) => {}
+        Listener::spawn(runtime.events.subscribe(), move |event| {
+            // Pipelines' events are the pipeline simulator's.
+            if let Event::ActionDone(done) = event {
+                recorder.borrow_mut().action(&done);
+            }
         })
     };
     let spec = &runtime.models[0];
