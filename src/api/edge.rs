@@ -53,12 +53,15 @@ pub enum Phase {
     Wait,
     /// Splitting, parsing, validating the body into tensors.
     Decode,
-    /// Serialising the answer.
-    Encode,
+    /// From the end of its batch's execution to its answer serialised: the controller
+    /// taking the report, the answer's way back to the HTTP worker (waiting for a core
+    /// when the front end is busy), and the encoding. All of it comes after the device, so
+    /// all of it is kept off the time the policy plans with.
+    Respond,
 }
 
 impl Phase {
-    pub const ALL: [Phase; 4] = [Phase::Read, Phase::Wait, Phase::Decode, Phase::Encode];
+    pub const ALL: [Phase; 4] = [Phase::Read, Phase::Wait, Phase::Decode, Phase::Respond];
 
     /// Its name as a metric label.
     pub fn as_str(self) -> &'static str {
@@ -66,7 +69,7 @@ impl Phase {
             Phase::Read => "read",
             Phase::Wait => "wait",
             Phase::Decode => "decode",
-            Phase::Encode => "encode",
+            Phase::Respond => "respond",
         }
     }
 }
@@ -111,7 +114,7 @@ pub struct Expected {
     pub read: Nanos,
     pub wait: Nanos,
     pub decode: Nanos,
-    pub encode: Nanos,
+    pub respond: Nanos,
 }
 
 impl FrontTimes {
@@ -149,7 +152,7 @@ impl FrontTimes {
             read: read(&m[Phase::Read as usize]),
             wait: read(&m[Phase::Wait as usize]),
             decode: read(&m[Phase::Decode as usize]),
-            encode: read(&m[Phase::Encode as usize]),
+            respond: read(&m[Phase::Respond as usize]),
         }
     }
 }
@@ -249,9 +252,9 @@ mod tests {
         let times = FrontTimes::default();
         assert_eq!(times.expected(ModelId(3)), Expected::default());
         times.observe(ModelId(1), Phase::Decode, 7);
-        times.observe(ModelId(1), Phase::Encode, 2);
+        times.observe(ModelId(1), Phase::Respond, 2);
         let e = times.expected(ModelId(1));
-        assert_eq!((e.read, e.decode, e.encode), (0, 7, 2));
+        assert_eq!((e.read, e.decode, e.respond), (0, 7, 2));
         assert_eq!(times.expected(ModelId(0)), Expected::default());
     }
 

@@ -110,7 +110,7 @@ pub(super) async fn run(
         slo: decoded.slo,
         edge: Some(Edge {
             arrival: front.arrival,
-            reserve: front.expected.encode,
+            reserve: front.expected.respond,
         }),
         root: None,
     };
@@ -131,7 +131,8 @@ pub(super) async fn run(
         decoded.batched,
         decoded.slo,
     );
-    front.took(Phase::Encode, started);
+    // From the end of the batch (same clock): the way back costs time too.
+    front.took(Phase::Respond, inferred.timing.exec.end.min(started));
     let done = state.clock.now();
     if done > front.arrival.saturating_add(slo) {
         state.metrics.late_at_edge(entry.id);
@@ -151,7 +152,8 @@ struct Front<'a> {
     arrival: Nanos,
     expected: Expected,
     /// The deadline the front end works to before the body says otherwise: the model's
-    /// objective (a request's own `slo_ms` is inside the body), less the encoding.
+    /// objective (a request's own `slo_ms` is inside the body), less the way back
+    /// (`Phase::Respond`).
     deadline: Nanos,
 }
 
@@ -161,7 +163,7 @@ impl<'a> Front<'a> {
         let expected = state.front.expected(entry.id);
         let deadline = arrival
             .saturating_add(entry.spec.slo)
-            .saturating_sub(expected.encode);
+            .saturating_sub(expected.respond);
         Self {
             state,
             entry,

@@ -92,7 +92,7 @@ pub struct Metrics {
     latency: Histogram,
     events_lost: IntCounter,
     /// The front end's own time per request, by model and phase (read, wait, decode,
-    /// encode): what the edge counts in each request's plan.
+    /// respond): what the edge counts in each request's plan.
     front: HistogramVec,
     /// Requests the front end refused on its own, by model and stage; those refused
     /// before reading were never decoded.
