@@ -8,6 +8,7 @@
 
 mod driver;
 mod listener;
+pub mod pipelines;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
