@@ -13,7 +13,7 @@ mod stages;
 mod write;
 
 pub use recorder::{Answered, Recorder};
-pub use stages::{FanOutStats, PipelineReport, StageDecl, StageReport};
+pub use stages::{FanOutStats, PipelineReport, StageOutline, StageReport};
 
 use std::collections::BTreeMap;
 

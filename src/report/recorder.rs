@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 
-use super::stages::{latency_histogram, percentiles, StageDecl, StageTally};
+use super::stages::{latency_histogram, percentiles, StageOutline, StageTally};
 use super::{ms, PolicyReport, PredictionErrorMs, TimePoint, TimelineSpan};
 use crate::events::ActionDone;
 use crate::outcome::{Class, Outcome};
@@ -90,7 +90,7 @@ impl Recorder {
     /// This run's requests are root requests of `pipeline`, whose end-to-end objective is
     /// `slo`: its stages are reported too, fed by [`Recorder::fan_out`] and
     /// [`Recorder::stage_answered`].
-    pub fn pipeline(&mut self, pipeline: &str, slo: Nanos, stages: Vec<StageDecl>) {
+    pub fn pipeline(&mut self, pipeline: &str, slo: Nanos, stages: Vec<StageOutline>) {
         self.stages = Some(StageTally::new(pipeline, slo, stages));
     }
 

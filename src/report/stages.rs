@@ -54,7 +54,7 @@ pub struct PipelineReport {
 
 /// A stage as declared: its name, its model, and whether a fan-out edge feeds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StageDecl {
+pub struct StageOutline {
     pub stage: String,
     pub model: String,
     pub fanned: bool,
@@ -68,7 +68,7 @@ pub(super) struct StageTally {
 }
 
 struct OneStage {
-    decl: StageDecl,
+    decl: StageOutline,
     ok_in_slo: u64,
     late: u64,
     not_ok: BTreeMap<Outcome, u64>,
@@ -99,7 +99,7 @@ pub(super) fn percentiles(h: &Histogram<u64>) -> LatencyMs {
 }
 
 impl StageTally {
-    pub(super) fn new(pipeline: &str, slo: Nanos, stages: Vec<StageDecl>) -> Self {
+    pub(super) fn new(pipeline: &str, slo: Nanos, stages: Vec<StageOutline>) -> Self {
         let stages = stages
             .into_iter()
             .map(|decl| OneStage {
@@ -207,8 +207,8 @@ mod tests {
     use super::*;
     use crate::time::MS;
 
-    fn decl(stage: &str, fanned: bool) -> StageDecl {
-        StageDecl {
+    fn decl(stage: &str, fanned: bool) -> StageOutline {
+        StageOutline {
             stage: stage.into(),
             model: format!("{stage}-model"),
             fanned,

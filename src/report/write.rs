@@ -148,13 +148,13 @@ mod tests {
 
     use super::*;
     use crate::outcome::Outcome;
-    use crate::report::{Recorder, StageDecl};
+    use crate::report::{Recorder, StageOutline};
     use crate::time::MS;
 
     #[test]
     fn a_pipeline_run_gets_its_stage_table_and_others_none() {
         let mut recorder = Recorder::new(1_000 * MS, 10, 10 * MS);
-        let stage = |name: &str, fanned| StageDecl {
+        let stage = |name: &str, fanned| StageOutline {
             stage: name.into(),
             model: format!("{name}-model"),
             fanned,
