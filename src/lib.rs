@@ -10,6 +10,7 @@ pub mod gpu;
 pub mod loadgen;
 pub mod model;
 pub mod outcome;
+pub mod pipeline;
 pub mod protocol;
 pub mod report;
 pub mod repository;

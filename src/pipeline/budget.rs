@@ -1,0 +1,129 @@
+//! How a root request's end-to-end objective becomes stage deadlines.
+//!
+//! This issue's rule ([`Proportional`]): when a stage's requests are made, the time left
+//! until the root's deadline is split over the longest path of stages still to run from
+//! that stage down, in proportion to their batch-1 estimates; the stage gets its share.
+//! At the root this is the whole objective split along the pipeline's longest path; a
+//! stage whose upstream ran long or short gets the share of what is really left. No stage
+//! deadline is ever past the root's. The planning of the next issue (cascade workload
+//! estimation, ahead-of-time tuning) replaces it through [`Budget`].
+
+use super::Pipeline;
+use crate::time::Nanos;
+
+/// The seam: when a stage's requests, made at `now`, must be answered.
+pub trait Budget: Send + Sync {
+    /// The stage deadline of `stage`'s requests made at `now` for a root due at
+    /// `root_deadline`. Never past `root_deadline`.
+    fn stage_deadline(
+        &self,
+        pipeline: &Pipeline,
+        stage: usize,
+        now: Nanos,
+        root_deadline: Nanos,
+    ) -> Nanos;
+}
+
+/// The split in proportion to the batch-1 estimates along the longest remaining path.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Proportional;
+
+impl Budget for Proportional {
+    fn stage_deadline(
+        &self,
+        pipeline: &Pipeline,
+        stage: usize,
+        now: Nanos,
+        root_deadline: Nanos,
+    ) -> Nanos {
+        let left = root_deadline.saturating_sub(now);
+        let path = longest_from(pipeline, stage);
+        let own = pipeline.stages[stage].single;
+        let share = if path == 0 {
+            left
+        } else {
+            (u128::from(left) * u128::from(own) / u128::from(path)) as Nanos
+        };
+        now.saturating_add(share).min(root_deadline)
+    }
+}
+
+/// Sum of the batch-1 estimates along the longest path from `stage` (inclusive) down.
+pub fn longest_from(pipeline: &Pipeline, stage: usize) -> Nanos {
+    let s = &pipeline.stages[stage];
+    let below = s
+        .children
+        .iter()
+        .map(|&c| longest_from(pipeline, c))
+        .max()
+        .unwrap_or(0);
+    s.single.saturating_add(below)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::{FanOut, Stage};
+    use crate::time::MS;
+
+    fn stage(name: &str, parent: Option<usize>, children: Vec<usize>, single: Nanos) -> Stage {
+        Stage {
+            name: name.into(),
+            model: "m".into(),
+            version: 1,
+            parent,
+            children,
+            fan_out: FanOut::One,
+            emulated_fan_out: None,
+            inputs: vec![],
+            outputs: vec![],
+            row: None,
+            fanned: false,
+            single,
+        }
+    }
+
+    fn tree() -> Pipeline {
+        // a(10) -> b(30), a -> c(10) -> d(10): the longest path is a, b (40 ms).
+        Pipeline {
+            name: "p".into(),
+            slo: 200 * MS,
+            partial_results: false,
+            inputs: vec![],
+            outputs: vec![],
+            stages: vec![
+                stage("a", None, vec![1, 2], 10 * MS),
+                stage("b", Some(0), vec![], 30 * MS),
+                stage("c", Some(0), vec![3], 10 * MS),
+                stage("d", Some(2), vec![], 10 * MS),
+            ],
+        }
+    }
+
+    #[test]
+    fn the_objective_is_split_along_the_longest_path() {
+        let p = tree();
+        assert_eq!(longest_from(&p, 0), 40 * MS);
+        // a gets 10/40 of 200 ms; b, made at 50 ms, the rest (it is the last on its path);
+        // c gets half of what is left (c and d weigh the same).
+        assert_eq!(Proportional.stage_deadline(&p, 0, 0, 200 * MS), 50 * MS);
+        assert_eq!(
+            Proportional.stage_deadline(&p, 1, 50 * MS, 200 * MS),
+            200 * MS
+        );
+        assert_eq!(
+            Proportional.stage_deadline(&p, 2, 50 * MS, 200 * MS),
+            125 * MS
+        );
+    }
+
+    #[test]
+    fn never_past_the_root_deadline() {
+        let mut p = tree();
+        for s in &mut p.stages {
+            s.single = 0;
+        }
+        assert_eq!(Proportional.stage_deadline(&p, 0, 10, 100), 100);
+        assert_eq!(Proportional.stage_deadline(&tree(), 2, 300, 100), 100);
+    }
+}
