@@ -114,3 +114,33 @@ fn names_parse_and_print_back() {
     let error = "nope".parse::<BuiltinPipeline>().unwrap_err();
     assert!(error.to_string().contains("traffic, cascade"), "{error}");
 }
+
+/// The pipeline core reads both declarations and accepts them against the built-in
+/// profiles, with the emulated fan-outs the flags give.
+#[test]
+fn the_pipeline_core_accepts_both_declarations() {
+    use crate::pipeline::{validate, PipelineFile, StageModel};
+    let lookup = |model: &str, _: Option<u64>| {
+        let spec = profiles::model(model, model, MS)?;
+        Some(StageModel {
+            version: spec.version,
+            single: spec.profile.latency(1)?,
+            inputs: spec.inputs,
+            outputs: spec.outputs,
+        })
+    };
+    for which in [BuiltinPipeline::Traffic, BuiltinPipeline::Cascade] {
+        let args = args(which);
+        let file = PipelineFile::parse(&args.declaration(100 * MS)).unwrap();
+        let pipeline = validate(&which.to_string(), &file.pipeline, lookup)
+            .unwrap_or_else(|e| panic!("{which}: {e}"));
+        assert_eq!(pipeline.slo, 100 * MS);
+        assert_eq!(pipeline.stages.len(), which.stages().len());
+        for (stage, ours) in pipeline.stages.iter().zip(which.stages()) {
+            assert_eq!(stage.name, ours.name);
+            let emulated = stage.emulated_fan_out.map(|e| (e.mean, e.variance));
+            let expected = (ours.edge != Edge::Root).then(|| args.emulated());
+            assert_eq!(emulated, expected.map(|e| (e.mean, e.variance)));
+        }
+    }
+}
