@@ -82,6 +82,9 @@ struct LoadgenCli {
     /// Base URL of the server.
     #[arg(long, default_value = "http://127.0.0.1:8000")]
     url: String,
+    /// Models or pipelines to send to, comma separated (default: every ready one).
+    #[arg(long, value_delimiter = ',')]
+    model: Vec<String>,
     /// poisson, fixed, closed, bursty, ramp, maf-synth, or maf:DIR.
     #[arg(long, default_value = "poisson")]
     workload: WorkloadKind,
@@ -282,6 +285,7 @@ fn loadgen(cli: LoadgenCli) -> anyhow::Result<()> {
     };
     let args = clockwork::loadgen::LoadgenArgs {
         url: cli.url,
+        models: cli.model,
         workload: cli.workload,
         params,
         clients: cli.clients,
