@@ -21,6 +21,55 @@ const BACKLOG: usize = 65_536;
 pub enum Event {
     RequestAnswered(RequestAnswered),
     ActionDone(ActionDone),
+    /// A pipeline's root request got its one answer.
+    PipelineAnswered(PipelineAnswered),
+    /// A pipeline stage's sub-request got its answer.
+    StageAnswered(StageAnswered),
+    /// One upstream result became this many requests to a stage.
+    FanOut(FanOut),
+}
+
+/// A shared name, serialised as the string.
+fn name<S: serde::Serializer>(name: &std::sync::Arc<str>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(name)
+}
+
+/// A pipeline's root request got its one answer (published by its pipeline actor).
+#[derive(Clone, Debug, Serialize)]
+pub struct PipelineAnswered {
+    /// The pipeline's name.
+    #[serde(serialize_with = "name")]
+    pub pipeline: std::sync::Arc<str>,
+    pub arrival: Nanos,
+    pub answered: Nanos,
+    /// The end-to-end deadline: answers after it are `late`.
+    pub deadline: Nanos,
+    pub outcome: Outcome,
+    /// Rows left out of a partial answer.
+    pub missing: usize,
+}
+
+/// A pipeline stage's sub-request got its answer.
+#[derive(Clone, Debug, Serialize)]
+pub struct StageAnswered {
+    #[serde(serialize_with = "name")]
+    pub pipeline: std::sync::Arc<str>,
+    /// The stage's name.
+    #[serde(serialize_with = "name")]
+    pub stage: std::sync::Arc<str>,
+    /// From the request's submission to its answer.
+    pub latency: Nanos,
+    pub outcome: Outcome,
+}
+
+/// A fan-out: one upstream result became `count` requests to `stage`.
+#[derive(Clone, Debug, Serialize)]
+pub struct FanOut {
+    #[serde(serialize_with = "name")]
+    pub pipeline: std::sync::Arc<str>,
+    #[serde(serialize_with = "name")]
+    pub stage: std::sync::Arc<str>,
+    pub count: usize,
 }
 
 /// A request got its one answer.

@@ -45,6 +45,9 @@ outcomes! {
     DeadlineUnreachable = "deadline_unreachable",
     /// Refused by the policy: it waited until no device could finish it in time.
     TimedOut = "timed_out",
+    /// Withdrawn while queued: it was a pipeline's sub-request and its root was already
+    /// answered with a refusal, so it uses no device time.
+    Withdrawn = "withdrawn",
     /// Refused before admission: the server is draining.
     ShuttingDown = "shutting_down",
     /// No model of that name.
@@ -95,7 +98,9 @@ impl Outcome {
         match self {
             Ok => Class::InTime,
             Late => Class::Late,
-            DeadlineUnreachable | TimedOut | ShuttingDown | ModelUnavailable => Class::Refused,
+            DeadlineUnreachable | TimedOut | Withdrawn | ShuttingDown | ModelUnavailable => {
+                Class::Refused
+            }
             UnknownModel | UnknownVersion | LoadFailed | NotFound | BadInput | InvalidJson
             | InvalidBinary | InvalidBody | PayloadTooLarge => Class::Rejected,
             ExecutionFailed => Class::Failed,
@@ -117,7 +122,7 @@ impl Outcome {
     pub fn after_admission(self) -> bool {
         use Outcome::*;
         match self {
-            Ok | Late | DeadlineUnreachable | TimedOut | ExecutionFailed => true,
+            Ok | Late | DeadlineUnreachable | TimedOut | Withdrawn | ExecutionFailed => true,
             ShuttingDown | UnknownModel | UnknownVersion | ModelUnavailable | LoadFailed
             | NotFound | BadInput | InvalidJson | InvalidBinary | InvalidBody | PayloadTooLarge => {
                 false
@@ -207,14 +212,17 @@ mod tests {
             [
                 Outcome::DeadlineUnreachable,
                 Outcome::TimedOut,
+                Outcome::Withdrawn,
                 Outcome::ShuttingDown,
                 Outcome::ModelUnavailable
             ]
         );
         // Decided after admission: the successes, the policy's refusals and failures.
         for &outcome in Outcome::ALL {
-            let policy_refusal =
-                matches!(outcome, Outcome::DeadlineUnreachable | Outcome::TimedOut);
+            let policy_refusal = matches!(
+                outcome,
+                Outcome::DeadlineUnreachable | Outcome::TimedOut | Outcome::Withdrawn
+            );
             assert_eq!(
                 outcome.after_admission(),
                 outcome.is_success() || policy_refusal || outcome.class() == Class::Failed,

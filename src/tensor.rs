@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::model::{DataType, ModelSpec};
+use crate::model::{DataType, ModelSpec, TensorSpec};
 
 /// One named tensor of one request.
 #[derive(Clone, Debug, PartialEq)]
@@ -48,7 +48,12 @@ impl Tensor {
 /// with a shape that matches the declared one (where it is fixed) and a data length that
 /// matches the shape. Returns a message naming the first problem.
 pub fn check_inputs(spec: &ModelSpec, inputs: &[Tensor]) -> Result<(), String> {
-    for declared in &spec.inputs {
+    check_tensors(&spec.inputs, inputs)
+}
+
+/// [`check_inputs`] against a list of declared inputs (a model's or a pipeline's).
+pub fn check_tensors(specs: &[TensorSpec], inputs: &[Tensor]) -> Result<(), String> {
+    for declared in specs {
         let mut found = inputs.iter().filter(|t| t.name == declared.name);
         let Some(tensor) = found.next() else {
             return Err(format!("missing input '{}'", declared.name));
@@ -87,7 +92,7 @@ pub fn check_inputs(spec: &ModelSpec, inputs: &[Tensor]) -> Result<(), String> {
     }
     if let Some(extra) = inputs
         .iter()
-        .find(|t| !spec.inputs.iter().any(|d| d.name == t.name))
+        .find(|t| !specs.iter().any(|d| d.name == t.name))
     {
         return Err(format!("unexpected input '{}'", extra.name));
     }

@@ -72,6 +72,7 @@ fn every_request_answered_and_none_late_at_moderate_load() {
                     inputs: vec![image],
                     slo,
                     edge: None,
+                    root: None,
                 };
                 let answer = controller.send(infer).await.expect("controller alive");
                 let mut t = tally.borrow_mut();

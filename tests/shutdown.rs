@@ -42,6 +42,7 @@ fn draining_answers_what_is_in_flight_and_refuses_the_rest() {
             inputs: vec![Tensor::from_f32("input", vec![64], &[1.0; 64])],
             slo: None,
             edge: None,
+            root: None,
         };
         let in_flight: Vec<_> = (0..20).map(|_| runtime.controller.send(infer())).collect();
         // Let them be admitted, but not finished (the cold load alone takes 0.33 ms).
@@ -80,6 +81,7 @@ fn an_unknown_model_is_refused_by_the_controller_before_admission() {
             inputs: vec![Tensor::from_f32("input", vec![64], &[1.0; 64])],
             slo: None,
             edge: None,
+            root: None,
         };
         let answer = runtime.controller.send(infer("nope")).await.unwrap();
         let error = answer.unwrap_err();

@@ -130,6 +130,7 @@ fn a_hung_device_is_given_up_on_and_serves_again_when_it_reports() {
                     inputs: vec![image],
                     slo: None,
                     edge: None,
+                    root: None,
                 };
                 let answer = controller.send(infer).await.expect("controller alive");
                 let overrun = clock.now().saturating_sub(arrival + SLO);
@@ -207,6 +208,7 @@ fn a_drain_ends_at_its_deadline_even_if_a_device_hangs() {
             inputs: vec![image()],
             slo: None,
             edge: None,
+            root: None,
         };
         let waiting: Vec<_> = (0..5).map(|_| runtime.controller.send(infer())).collect();
         clock.sleep_until(50 * MS).await;

@@ -31,6 +31,31 @@ pub struct Infer {
     pub slo: Option<Nanos>,
     /// Where its time started; `None`: when the controller admits it.
     pub edge: Option<Edge>,
+    /// The pipeline root it serves, if it is a pipeline's sub-request.
+    pub root: Option<Root>,
+}
+
+/// The pipeline root request a sub-request serves: the controller never lets it plan
+/// past the root's deadline, and a [`Withdraw`] of its group takes it back while queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Root {
+    /// The root's end-to-end deadline (the runtime clock).
+    pub deadline: Nanos,
+    /// The sub-requests of one root share a group, withdrawn together.
+    pub group: GroupId,
+}
+
+/// A group of requests withdrawn together: the sub-requests of one pipeline root.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupId(pub u64);
+
+/// Takes back the group's requests still queued: each is answered once, `withdrawn`
+/// (`Refusal::Withdrawn`), and uses no device time. Requests already in a batch, or
+/// answered, get their answers as usual.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Withdraw {
+    pub group: GroupId,
 }
 
 /// Where a request's time started, for callers with work of their own around the
@@ -57,6 +82,8 @@ pub struct Submit {
     pub slo: Option<Nanos>,
     /// Where its time started; `None`: when the controller admits it.
     pub edge: Option<Edge>,
+    /// The pipeline root it serves, if it is a pipeline's sub-request.
+    pub root: Option<Root>,
     /// Receives the one answer.
     pub reply: tokio::sync::oneshot::Sender<InferResult>,
 }

@@ -5,6 +5,8 @@
 //! - [`ModelCache`]: registered models and their artifacts.
 //! - [`admission`]: the per-model views the HTTP front end refuses requests by.
 //! - [`registry`]: the one place that registers a model and gives it its id.
+//! - [`pipeline`], [`pipeline_stage`]: one actor per registered pipeline and one per
+//!   stage; they run root requests through the stages' models via the controller.
 //!
 //! [`RuntimeBuilder`] wires them up, on threads of their own for serving or all on the
 //! current thread so that a paused tokio clock drives them in virtual time.
@@ -21,6 +23,8 @@ mod executor;
 mod from_config;
 pub mod messages;
 mod model_cache;
+pub mod pipeline;
+pub mod pipeline_stage;
 pub mod registry;
 mod runtime;
 pub mod watchdog;

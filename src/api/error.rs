@@ -88,7 +88,7 @@ pub fn status_for(outcome: Outcome) -> StatusCode {
         UnknownModel | UnknownVersion | NotFound => StatusCode::NOT_FOUND,
         PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ExecutionFailed => StatusCode::INTERNAL_SERVER_ERROR,
-        DeadlineUnreachable | TimedOut | ShuttingDown | ModelUnavailable => {
+        DeadlineUnreachable | TimedOut | Withdrawn | ShuttingDown | ModelUnavailable => {
             StatusCode::SERVICE_UNAVAILABLE
         }
     }

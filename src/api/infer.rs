@@ -111,6 +111,7 @@ pub(super) async fn run(
             arrival: front.arrival,
             reserve: front.expected.encode,
         }),
+        root: None,
     };
     let waiting = Waiting::new(&state.metrics, entry.id);
     let answer = state.controller.send(message).await;

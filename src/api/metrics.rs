@@ -410,6 +410,7 @@ impl Metrics {
         match event {
             Event::RequestAnswered(e) => self.answered(e),
             Event::ActionDone(e) => self.action(e),
+            _ => {}
         }
     }
 

@@ -68,6 +68,9 @@ pub enum Refusal {
     /// It waited in the queue until no device could finish it in time.
     #[error("the request waited until no device could finish it within its latency objective")]
     TimedOut,
+    /// Its caller withdrew it while it was queued (a pipeline's root was answered).
+    #[error("the request was withdrawn before it ran")]
+    Withdrawn,
 }
 
 impl Refusal {
@@ -76,6 +79,7 @@ impl Refusal {
         match self {
             Refusal::DeadlineUnreachable => RequestOutcome::DeadlineUnreachable,
             Refusal::TimedOut => RequestOutcome::TimedOut,
+            Refusal::Withdrawn => RequestOutcome::Withdrawn,
         }
     }
 }
@@ -204,6 +208,11 @@ pub trait Policy {
     /// Marks a device suspect (an action on it is overdue: plan nothing more on it) or
     /// healthy again (it reported). What is resident on it stays as the mirror has it.
     fn set_suspect(&mut self, device: DeviceId, suspect: bool);
+    /// Takes back a request still queued (a pipeline withdraws the sub-requests of a root
+    /// already answered), answering it `Refusal::Withdrawn` in `plan` so that it uses no
+    /// device time. Returns false, and changes nothing, when it is no longer queued (in a
+    /// batch, or answered): it then gets its answer as usual.
+    fn withdraw(&mut self, request: RequestId, model: ModelId, plan: &mut Plan) -> bool;
     /// Plans what the devices should do next.
     fn schedule(&mut self, now: Nanos, plan: &mut Plan);
     /// When `schedule` should next be called even if nothing happens.

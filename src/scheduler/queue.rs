@@ -54,6 +54,14 @@ impl ModelQueue {
         self.items.insert(at, item);
     }
 
+    /// Removes the request `id`, if queued.
+    pub fn remove(&mut self, id: RequestId) -> Option<Queued> {
+        let at = self.items.iter().position(|q| q.id == id)?;
+        let item = self.items.remove(at)?;
+        self.demand -= item.demand;
+        Some(item)
+    }
+
     pub fn pop_front(&mut self) -> Option<Queued> {
         let item = self.items.pop_front()?;
         self.demand -= item.demand;

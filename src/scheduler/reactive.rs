@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use super::ids::IdMap;
 use super::{
     Action, ActionKind, Answer, DeviceInfo, DeviceSnapshot, ModelInfo, Outcome, Plan, Policy,
-    PolicySnapshot, Request, Verdict,
+    PolicySnapshot, Refusal, Request, Verdict,
 };
 use crate::config::PolicyConfig;
 use crate::model::{ActionId, DeviceId, ModelId, RequestId};
@@ -332,6 +332,20 @@ impl Policy for ReactivePolicy {
         if m.queue.len() == 1 && !m.loading {
             self.misses.push_back(request.model);
         }
+    }
+
+    fn withdraw(&mut self, request: RequestId, model: ModelId, plan: &mut Plan) -> bool {
+        let queue = &mut self.models[model.0 as usize].queue;
+        let Some(at) = queue.iter().position(|w| w.0 == request) else {
+            return false;
+        };
+        queue.remove(at);
+        self.queued -= 1;
+        plan.answers.push(Answer {
+            request,
+            verdict: Verdict::Refused(Refusal::Withdrawn),
+        });
+        true
     }
 
     fn observe(&mut self, outcome: Outcome, _now: Nanos, plan: &mut Plan) {

@@ -52,6 +52,7 @@ impl Sender {
             inputs: Arc::clone(&self.inputs),
             slo: Some(arrival.slo.unwrap_or(self.default_slo)),
             edge: None,
+            root: None,
             reply,
         });
         let this = self.clone();
@@ -112,7 +113,7 @@ async fn simulate(
         let recorder = Rc::clone(&recorder);
         Listener::spawn(runtime.events.subscribe(), move |event| match event {
             Event::ActionDone(done) => recorder.borrow_mut().action(&done),
-            Event::RequestAnswered(_) => {}
+            _ => {}
         })
     };
     let spec = &runtime.models[0];

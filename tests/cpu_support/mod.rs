@@ -88,6 +88,7 @@ pub async fn infer(runtime: &Runtime, model: &str, inputs: Vec<Tensor>) -> Infer
         inputs,
         slo: Some(SLACK_SLO_MS * 1_000_000),
         edge: None,
+        root: None,
     };
     match runtime.controller.send(infer).await.expect("controller") {
         Ok(inferred) => inferred,

@@ -54,6 +54,7 @@ impl Handler<Infer> for Controller {
             inputs: Arc::new(infer.inputs),
             slo: infer.slo,
             edge: infer.edge,
+            root: infer.root,
             reply,
         };
         self.admit(submit, ctx);
@@ -66,6 +67,24 @@ impl Handler<Submit> for Controller {
 
     fn handle(&mut self, submit: Submit, ctx: &mut Context<Self>) {
         self.admit(submit, ctx);
+    }
+}
+
+impl Handler<Withdraw> for Controller {
+    type Result = ();
+
+    fn handle(&mut self, withdraw: Withdraw, ctx: &mut Context<Self>) {
+        let Some(requests) = self.groups.remove(&withdraw.group) else {
+            return;
+        };
+        for request in requests {
+            if let Some(pending) = self.pending.get(&request) {
+                let model = pending.model;
+                self.touched.push(model);
+                self.parts.policy.withdraw(request, model, &mut self.plan);
+            }
+        }
+        self.step(ctx);
     }
 }
 

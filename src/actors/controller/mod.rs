@@ -13,8 +13,9 @@ use tokio::sync::oneshot;
 
 use super::admission::AdmissionTable;
 use super::messages::{
-    ActionReport, ControllerSnapshot, Drain, Edge, Execute, Infer, InferError, InferResult,
-    Inferred, RegisterError, RegisterModel, RequestTiming, SnapshotController, Submit,
+    ActionReport, ControllerSnapshot, Drain, Edge, Execute, GroupId, Infer, InferError,
+    InferResult, Inferred, RegisterError, RegisterModel, RequestTiming, SnapshotController, Submit,
+    Withdraw,
 };
 use super::registry::{Candidate, Registry};
 use super::watchdog::{GivenUp, Settled, Watchdog};
@@ -38,6 +39,8 @@ struct Pending {
     inputs: Arc<Vec<Tensor>>,
     arrival: Nanos,
     slo: Nanos,
+    /// The pipeline root's group it belongs to, if any.
+    group: Option<GroupId>,
     reply: oneshot::Sender<InferResult>,
 }
 
@@ -109,6 +112,8 @@ pub struct Controller {
     drained: Vec<oneshot::Sender<()>>,
     /// Models whose view may have changed since the last step published them.
     touched: Vec<ModelId>,
+    /// Requests pending per group (pipeline root), for `Withdraw`.
+    groups: std::collections::HashMap<GroupId, Vec<RequestId>>,
 }
 
 impl Controller {
@@ -130,6 +135,7 @@ impl Controller {
             draining: false,
             drained: Vec::new(),
             touched: Vec::new(),
+            groups: std::collections::HashMap::new(),
         }
     }
 
@@ -155,20 +161,29 @@ impl Controller {
             return;
         }
         let now = self.now();
-        let slo = infer.slo.unwrap_or(spec.slo);
+        let mut slo = infer.slo.unwrap_or(spec.slo);
         let edge = infer.edge.unwrap_or(Edge {
             arrival: now,
             reserve: 0,
         });
         // The clock never runs backwards, but an edge stamp from elsewhere might.
         let arrival = edge.arrival.min(now);
+        if let Some(root) = infer.root {
+            // A pipeline's stage never plans past its root's end-to-end deadline.
+            slo = slo.min(root.deadline.saturating_sub(arrival));
+        }
         self.next_request += 1;
         let id = RequestId(self.next_request);
+        let group = infer.root.map(|r| r.group);
+        if let Some(group) = group {
+            self.groups.entry(group).or_default().push(id);
+        }
         let pending = Pending {
             model,
             inputs: infer.inputs,
             arrival,
             slo,
+            group,
             reply,
         };
         self.pending.insert(id, pending);
@@ -291,6 +306,14 @@ impl Controller {
         now: Nanos,
     ) {
         let (result, outcome, batch) = answer;
+        if let Some(group) = pending.group {
+            if let Some(members) = self.groups.get_mut(&group) {
+                members.retain(|&r| r != request);
+                if members.is_empty() {
+                    self.groups.remove(&group);
+                }
+            }
+        }
         // The caller may have gone away; the request is answered all the same.
         let _ = pending.reply.send(result);
         self.answered += 1;

@@ -33,7 +33,7 @@ use super::{
     Outcome, Plan, Policy, PolicySnapshot, Refusal, Request, Verdict,
 };
 use crate::config::PolicyConfig;
-use crate::model::{ActionId, DeviceId, ModelId, ModelProfile};
+use crate::model::{ActionId, DeviceId, ModelId, ModelProfile, RequestId};
 use crate::time::{nanos, Nanos};
 
 /// Demand is counted in parts per million of one device.
@@ -375,6 +375,16 @@ impl Policy for ClockworkPolicy {
             self.rerank(model);
             self.queue_changed(model, None);
         }
+    }
+
+    fn withdraw(&mut self, request: RequestId, model: ModelId, plan: &mut Plan) -> bool {
+        let Some(item) = self.models[model.0 as usize].queue.remove(request) else {
+            return false;
+        };
+        self.queued -= 1;
+        self.queue_changed(model, None);
+        Self::answer(plan, [item], Verdict::Refused(Refusal::Withdrawn));
+        true
     }
 
     fn schedule(&mut self, now: Nanos, plan: &mut Plan) {

@@ -1,0 +1,298 @@
+//! The pipeline actor: one per registered pipeline, with one [`StageActor`] per stage.
+//! It owns the root requests in flight, each a pure [`Run`] (`crate::pipeline::run`):
+//! it starts a run on a root request, hands each run's sub-requests to their stage actors
+//! (which talk to the controller), feeds their answers back, withdraws a failed root's
+//! outstanding sub-requests, and answers each root exactly once. It decides nothing about
+//! when or where models run: the controller stays the only place that does.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use actix::prelude::*;
+use tokio::sync::oneshot;
+
+use super::messages::{Edge, GroupId, Root};
+use super::pipeline_stage::{StageActor, StageDone, StageParts, StageWork, WithdrawRoot};
+use super::Controller;
+use crate::events::{self, Event, EventBus};
+use crate::outcome::Outcome;
+use crate::pipeline::budget::{Budget, Proportional};
+use crate::pipeline::run::{Answered, Failure, Missing, Run, Step};
+use crate::pipeline::Pipeline;
+use crate::tensor::{check_tensors, Tensor};
+use crate::time::{Clock, Nanos};
+
+/// Root request ids, unique across pipelines: they are the controller's group ids.
+static NEXT_ROOT: AtomicU64 = AtomicU64::new(1);
+
+/// A pipeline's root request.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct RunPipeline {
+    /// The pipeline's inputs (one item each).
+    pub inputs: Vec<Tensor>,
+    /// End-to-end objective; the pipeline's own if `None`.
+    pub slo: Option<Nanos>,
+    /// Where its time started; `None`: when the pipeline actor takes it.
+    pub edge: Option<Edge>,
+    /// Receives the one answer.
+    pub reply: oneshot::Sender<PipelineResult>,
+}
+
+/// A root request's outputs.
+#[derive(Debug, Clone)]
+pub struct PipelineAnswer {
+    /// Its id (also the seed of emulated fan-outs).
+    pub root: u64,
+    /// The pipeline's outputs, in declared order.
+    pub outputs: Vec<Tensor>,
+    /// Rows left out (with `partial_results`).
+    pub missing: Vec<Missing>,
+    /// Answered after its end-to-end deadline.
+    pub late: bool,
+    /// Some stage's device only emulated its model.
+    pub emulated: bool,
+}
+
+/// The one answer to a [`RunPipeline`]: outputs, or why not (the failing sub-request's
+/// outcome and message, or `bad_input` for the root's own inputs).
+pub type PipelineResult = Result<PipelineAnswer, Failure>;
+
+/// A root request in flight.
+struct InFlight {
+    run: Run,
+    reply: oneshot::Sender<PipelineResult>,
+    arrival: Nanos,
+    due: Nanos,
+    emulated: bool,
+}
+
+/// One registered pipeline's actor.
+pub struct PipelineActor {
+    pipeline: Arc<Pipeline>,
+    name: Arc<str>,
+    stage_names: Vec<Arc<str>>,
+    budget: Arc<dyn Budget>,
+    clock: Clock,
+    events: EventBus,
+    controller: Addr<Controller>,
+    stages: Vec<Addr<StageActor>>,
+    runs: HashMap<u64, InFlight>,
+}
+
+impl PipelineActor {
+    /// Starts the pipeline actor and its stage actors on the current arbiter.
+    pub fn launch(
+        pipeline: Arc<Pipeline>,
+        controller: Addr<Controller>,
+        clock: Clock,
+        events: EventBus,
+    ) -> Addr<PipelineActor> {
+        PipelineActor::create(move |ctx| {
+            let name: Arc<str> = pipeline.name.as_str().into();
+            let stage_names: Vec<Arc<str>> = pipeline
+                .stages
+                .iter()
+                .map(|s| s.name.as_str().into())
+                .collect();
+            let stages = pipeline
+                .stages
+                .iter()
+                .zip(&stage_names)
+                .map(|(s, stage)| {
+                    StageActor::new(StageParts {
+                        pipeline: Arc::clone(&name),
+                        stage: Arc::clone(stage),
+                        model: s.model.clone(),
+                        controller: controller.clone(),
+                        done: ctx.address().recipient(),
+                        clock,
+                        events: events.clone(),
+                    })
+                    .start()
+                })
+                .collect();
+            PipelineActor {
+                pipeline,
+                name,
+                stage_names,
+                budget: Arc::new(Proportional),
+                clock,
+                events,
+                controller,
+                stages,
+                runs: HashMap::new(),
+            }
+        })
+    }
+
+    /// Carries out one step of root `id`'s run.
+    fn apply(&mut self, id: u64, step: Step) {
+        let Some(flight) = self.runs.get(&id) else {
+            return;
+        };
+        let root = Root {
+            deadline: flight.run.deadline(),
+            group: GroupId(id),
+        };
+        for (stage, count) in step.fan_outs {
+            let (pipeline, stage) = (Arc::clone(&self.name), Arc::clone(&self.stage_names[stage]));
+            self.events.publish(|| {
+                Event::FanOut(events::FanOut {
+                    pipeline,
+                    stage,
+                    count,
+                })
+            });
+        }
+        for sub in step.submit {
+            self.stages[sub.stage].do_send(StageWork {
+                root,
+                sub: sub.sub,
+                inputs: sub.inputs,
+                deadline: sub.deadline,
+            });
+        }
+        // Through the stage actors that made them, after them: see `pipeline_stage`.
+        let stages: BTreeSet<usize> = step
+            .withdraw
+            .iter()
+            .filter_map(|&s| flight.run.stage_of(s))
+            .collect();
+        for stage in stages {
+            self.stages[stage].do_send(WithdrawRoot(root));
+        }
+        if let Some(answer) = step.answer {
+            if let Some(flight) = self.runs.remove(&id) {
+                self.answer(id, flight, answer);
+            }
+        }
+    }
+
+    fn answer(&self, id: u64, flight: InFlight, answer: crate::pipeline::run::RootResult) {
+        let now = self.clock.now();
+        let late = now > flight.due;
+        let (result, outcome, missing) = match answer {
+            Ok(joined) => {
+                let missing = joined.missing.len();
+                let ok = PipelineAnswer {
+                    root: id,
+                    outputs: joined.outputs,
+                    missing: joined.missing,
+                    late,
+                    emulated: flight.emulated,
+                };
+                let outcome = if late { Outcome::Late } else { Outcome::Ok };
+                (Ok(ok), outcome, missing)
+            }
+            Err(failure) => {
+                let outcome = failure.outcome;
+                (Err(failure), outcome, 0)
+            }
+        };
+        let _ = flight.reply.send(result);
+        let pipeline = Arc::clone(&self.name);
+        self.events.publish(|| {
+            Event::PipelineAnswered(events::PipelineAnswered {
+                pipeline,
+                arrival: flight.arrival,
+                answered: now,
+                deadline: flight.due,
+                outcome,
+                missing,
+            })
+        });
+    }
+}
+
+impl Actor for PipelineActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.set_mailbox_capacity(super::MAILBOX);
+    }
+}
+
+impl Handler<RunPipeline> for PipelineActor {
+    type Result = ();
+
+    fn handle(&mut self, request: RunPipeline, _: &mut Context<Self>) {
+        if let Err(problem) = check_tensors(&self.pipeline.inputs, &request.inputs) {
+            let failure = Failure {
+                outcome: Outcome::BadInput,
+                message: problem,
+            };
+            let _ = request.reply.send(Err(failure));
+            return;
+        }
+        let now = self.clock.now();
+        let edge = request.edge.unwrap_or(Edge {
+            arrival: now,
+            reserve: 0,
+        });
+        let arrival = edge.arrival.min(now);
+        let due = arrival.saturating_add(request.slo.unwrap_or(self.pipeline.slo));
+        let id = NEXT_ROOT.fetch_add(1, Ordering::Relaxed);
+        // The stages plan to finish early enough for the caller's work after the answer.
+        let deadline = due.saturating_sub(edge.reserve);
+        let run = Run::new(
+            Arc::clone(&self.pipeline),
+            Arc::clone(&self.budget),
+            id,
+            deadline,
+        );
+        let flight = InFlight {
+            run,
+            reply: request.reply,
+            arrival,
+            due,
+            emulated: false,
+        };
+        self.runs.insert(id, flight);
+        let step = match self.runs.get_mut(&id) {
+            Some(flight) => flight.run.start(request.inputs, now),
+            None => return,
+        };
+        self.apply(id, step);
+    }
+}
+
+impl Handler<StageDone> for PipelineActor {
+    type Result = ();
+
+    fn handle(&mut self, done: StageDone, _: &mut Context<Self>) {
+        let id = done.root.group.0;
+        let now = self.clock.now();
+        let Some(flight) = self.runs.get_mut(&id) else {
+            // The root was answered already; its late sub-requests are dropped.
+            return;
+        };
+        let result = match done.result {
+            Ok(inferred) => {
+                flight.emulated |= inferred.emulated;
+                Ok(Answered {
+                    outputs: inferred.outputs,
+                    emulated: inferred.emulated,
+                })
+            }
+            Err(error) => Err(Failure {
+                outcome: error.kind(),
+                message: format!(
+                    "stage '{}': {error}",
+                    self.stage_names[flight.run.stage_of(done.sub).unwrap_or(0)]
+                ),
+            }),
+        };
+        let step = flight.run.on_answer(done.sub, result, now);
+        self.apply(id, step);
+    }
+}
+
+/// Keeps the controller's address reachable for callers holding only the actor.
+impl PipelineActor {
+    /// The controller the stages submit to.
+    pub fn controller(&self) -> &Addr<Controller> {
+        &self.controller
+    }
+}
