@@ -68,6 +68,8 @@ pub enum SimulateError {
     BadArgument(&'static str, String),
     #[error("cannot build the virtual-time runtime: {0}")]
     Runtime(#[from] std::io::Error),
+    #[error("built-in pipeline {0}: {1}")]
+    Pipeline(String, String),
     #[error("the event subscriber fell behind by {0} events; the report would be wrong")]
     EventsLost(u64),
 }
@@ -151,7 +153,9 @@ impl SimulateArgs {
             sim: SimConfig {
                 seed: self.params.seed,
                 noise_cv: self.noise_cv,
-                skip_outputs: true,
+                // A pipeline maps its stages' outputs to the next stages' inputs: they
+                // must exist (emulated, of the declared shapes; one row where variable).
+                skip_outputs: self.pipeline.is_none(),
                 ..SimConfig::default()
             },
             cpu: Default::default(),
