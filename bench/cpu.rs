@@ -195,6 +195,7 @@ fn served_run(root: &std::path::Path, rate: f64, seconds: u64) -> anyhow::Result
                 inputs: std::sync::Arc::clone(&inputs[model]),
                 slo: None,
                 edge: None,
+                root: None,
                 reply,
             });
             answers.push(answer);

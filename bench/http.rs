@@ -110,6 +110,7 @@ async fn direct(
                 inputs,
                 slo: None,
                 edge: None,
+                root: None,
             };
             matches!(controller.send(infer).await, Ok(Ok(_)))
         }

@@ -119,6 +119,7 @@ fn main() -> anyhow::Result<()> {
                 inputs: vec![x],
                 slo: None,
                 edge: None,
+                root: None,
             };
             match runtime.controller.send(infer).await? {
                 Ok(done) => {

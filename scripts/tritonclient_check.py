@@ -3,7 +3,8 @@
 Usage: python tritonclient_check.py HOST:PORT
 
 Checks what a Triton user does first: health, server and model metadata, the model
-config, and inference with JSON tensors and with binary tensors. Exits non-zero with a
+config, and inference with JSON tensors and with binary tensors; and a pipeline's
+ensemble config and inference. Exits non-zero with a
 message on the first failure.
 """
 
@@ -63,8 +64,24 @@ def main():
     else:
         raise AssertionError("unknown model was answered")
     check_real_model(client)
+    check_pipeline(client)
     print("tritonclient check passed: health, metadata, config, JSON and binary inference,"
           " real inference on the cpu backend")
+
+
+def check_pipeline(client):
+    """A pipeline reads as Triton's ensemble and infers like a model."""
+    client.load_model("chain")
+    config = client.get_model_config("chain")
+    assert config["platform"] == "ensemble", config
+    step = config["ensemble_scheduling"]["step"][0]
+    assert step["model_name"] == "mlp" and step["input_map"] == {"input": "x"}, config
+    assert config["parameters"]["slo_ms"]["string_value"] == "200", config
+    data = np.linspace(0.0, 1.0, 64, dtype=np.float32).reshape(1, 64)
+    inputs = [httpclient.InferInput("x", [1, 64], "FP32")]
+    inputs[0].set_data_from_numpy(data)
+    result = client.infer("chain", inputs)
+    assert result.as_numpy("y").shape == (1, 10), result.get_response()
 
 
 def check_real_model(client):

@@ -38,6 +38,21 @@ load_all = false
 profile_runs = 3
 TOML
 
+# A one-stage pipeline of the built-in `mlp`, loaded through the repository route.
+mkdir -p "$work/models/chain"
+cat > "$work/models/chain/config.toml" <<'TOML'
+[pipeline]
+slo = "200ms"
+inputs = [{ name = "x", datatype = "FP32", shape = [64] }]
+outputs = ["y"]
+
+[[pipeline.stages]]
+name = "only"
+model = "mlp"
+input_map = { input = "x" }
+output_map = { output = "y" }
+TOML
+
 (cd "$work" && RUST_LOG=info exec "$OLDPWD/target/debug/clockwork" serve --config config.toml) 2> "$work/log" &
 server_pid=$!
 address=

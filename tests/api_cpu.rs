@@ -115,7 +115,10 @@ async fn models_are_registered_refused_and_versioned_through_the_repository_rout
     let (status, index) = server.post_json("/v2/repository/index", &json!({})).await;
     assert_eq!(status, 200);
     let names = index_names(&index);
-    assert_eq!(names, ["broken", "cnn", "mlp", "resnet"]);
+    assert_eq!(
+        names,
+        ["broken", "classifier", "cnn", "detector", "mlp", "resnet"]
+    );
     assert!(index
         .as_array()
         .unwrap()

@@ -104,10 +104,15 @@ async fn a_burst_is_answered_in_time_or_refused_before_decoding() {
             let started = Instant::now();
             let bytes = serde_json::to_vec(&body).expect("json");
             let (status, headers, _) = server.post_raw(SLOW, &[], bytes).await;
+            let timing = headers
+                .get("server-timing")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
             (
                 status,
                 headers.contains_key("retry-after"),
                 started.elapsed(),
+                timing,
             )
         });
         answers.extend(futures_util::future::join_all(wave).await);
@@ -124,6 +129,23 @@ async fn a_burst_is_answered_in_time_or_refused_before_decoding() {
         "every refusal says when to retry"
     );
     assert!(!ok.is_empty(), "some served");
+    for answer in &ok {
+        // The server says how long it held each answer: no longer than the client waited
+        // for it (lateness inside the server is the `clockwork_edge_late` check below).
+        let timing = answer.3.as_deref().expect("Server-Timing on every answer");
+        let edge_ms: f64 = timing
+            .strip_prefix("edge;dur=")
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or_else(|| panic!("edge;dur=<ms> first: {timing}"));
+        assert!(edge_ms > 0.0, "{timing}");
+        assert!(
+            edge_ms <= answer.2.as_secs_f64() * 1e3,
+            "{timing} vs {:?}",
+            answer.2
+        );
+        assert!(timing.contains(", exec;dur="), "{timing}");
+    }
     let slowest = answers.iter().map(|a| a.2).max().unwrap_or_default();
     assert!(
         slowest < Duration::from_secs(1),

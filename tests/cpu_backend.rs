@@ -21,7 +21,8 @@ const MIB: u64 = 1 << 20;
 fn item_shape(model: &str) -> Vec<usize> {
     match model {
         "mlp" => vec![256],
-        "cnn" => vec![3, 32, 32],
+        "cnn" | "detector" => vec![3, 32, 32],
+        "classifier" => vec![3, 16, 16],
         _ => vec![3, 64, 64],
     }
 }
@@ -57,11 +58,16 @@ async fn served_outputs_equal_tract_run_directly() {
             shape.extend(&input.shape);
             let direct = TractTensor::from_shape(&shape, &input.to_f32().unwrap()).unwrap();
             let want = tract_direct(&onnx, &[&direct]);
-            let mut want = from_tract("output", &want[0]);
-            want.shape.remove(0);
-            assert_eq!(answer.outputs[0].shape, want.shape, "{model}");
-            let what = format!("{model} request {seed} (batch {})", answer.timing.batch);
-            assert_close(&what, &answer.outputs[0], &want, 1e-4, 1e-5);
+            // Every output (the detector has two: scores and crops).
+            assert_eq!(answer.outputs.len(), want.len(), "{model}");
+            for (got, want) in answer.outputs.iter().zip(&want) {
+                let mut want = from_tract(&got.name, want);
+                want.shape.remove(0);
+                assert_eq!(got.shape, want.shape, "{model} {}", got.name);
+                let batch = answer.timing.batch;
+                let what = format!("{model} {} request {seed} (batch {batch})", got.name);
+                assert_close(&what, got, &want, 1e-4, 1e-5);
+            }
         }
     }
     // The requests queue behind the cold loads, so batches of several items were checked.
@@ -73,15 +79,15 @@ async fn served_outputs_equal_tract_run_directly() {
 async fn loads_beyond_capacity_evict_and_never_overfill_a_device() {
     let root = TempDir::new("cpu-evict");
     zoo::write_missing(root.path()).unwrap();
-    // 1 MiB pages: mlp takes 8, cnn 6, resnet 3; the one device has 12, so mlp and cnn
-    // never fit together.
+    // 1 MiB pages: mlp takes 8, cnn 6, resnet 3, detector and classifier 1 each; the one
+    // device has 12, so mlp and cnn never fit together.
     let runtime = start(&config(root.path(), 1, 12, MIB));
     let pages: Vec<u32> = runtime
         .models
         .iter()
         .map(|m| m.profile.pages(MIB))
         .collect();
-    assert_eq!(pages.len(), 3, "every zoo model registered");
+    assert_eq!(pages.len(), zoo::MODELS.len(), "every zoo model registered");
     assert!(pages.iter().all(|&p| p <= 12), "{pages:?}");
     let mut events = runtime.events.subscribe();
     for round in 0..3u64 {
@@ -115,10 +121,11 @@ async fn models_that_cannot_be_served_are_refused_and_the_others_serve() {
     let root = TempDir::new("cpu-refuse");
     zoo::write_missing(root.path()).unwrap();
     write_broken(root.path(), "garbage");
-    // 5 pages of 1 MiB: resnet (3) fits, cnn (6) and mlp (8) do not.
+    // 5 pages of 1 MiB: resnet (3), classifier and detector (1 each) fit, cnn (6) and
+    // mlp (8) do not.
     let runtime = start(&config(root.path(), 1, 5, MIB));
     let served: Vec<&str> = runtime.models.iter().map(|m| m.name.as_str()).collect();
-    assert_eq!(served, ["resnet"]);
+    assert_eq!(served, ["classifier", "detector", "resnet"]);
     let reason = |name: &str| {
         runtime
             .refused

@@ -127,7 +127,7 @@ fn every_request_answered_and_none_late_at_moderate_load() {
             match event {
                 Event::RequestAnswered(_) => answered += 1,
                 Event::ActionDone(done) if done.kind == ActionTag::Load => loads += 1,
-                Event::ActionDone(_) => {}
+                _ => {}
             }
         }
         assert_eq!(answered, sent, "one event per answer");

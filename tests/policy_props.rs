@@ -144,6 +144,39 @@ proptest! {
         prop_assert_eq!(report.failed, 0);
     }
 
+    /// One model with batch size 1 only, on one device, one objective, exact estimates:
+    /// projecting the queue at arrival is then exact, so every refusal is answered the
+    /// moment its request arrives (none waits in the queue to time out), and nothing is
+    /// late. Arrivals come faster than the device serves them, so most runs overload.
+    #[test]
+    fn overload_is_refused_on_arrival(
+        base_us in 200u64..4_000,
+        load_ms in 1u64..10,
+        slo_ms in 5u64..200,
+        gaps in prop::collection::vec(0u64..2_000, 1..400),
+    ) {
+        let profile = ModelProfile {
+            weight_bytes: 1 << 24,
+            load_latency: load_ms * MS,
+            batches: vec![BatchLatency { batch: 1, latency: base_us * US }],
+        };
+        let mut arrival = 0;
+        let requests = gaps
+            .iter()
+            .enumerate()
+            .map(|(i, gap)| {
+                arrival += gap * US;
+                Request { id: RequestId(i as u64), model: ModelId(0), arrival, slo: slo_ms * MS }
+            })
+            .collect();
+        let scenario = Scenario { devices: vec![8], models: vec![(1, profile)], requests };
+        let report = run(&scenario, 1.0);
+        prop_assert!(report.violations.is_empty(), "{:?}", report.violations);
+        prop_assert_eq!(report.late, 0, "{:?}", report);
+        let refused: usize = report.refused.values().sum();
+        prop_assert_eq!(report.refused_on_arrival, refused, "{:?}", report);
+    }
+
     /// When the devices are slower than profiled, answers may be late but are still
     /// exactly one per request, and no LOAD goes beyond the memory of a device.
     #[test]

@@ -98,9 +98,8 @@ fn an_unknown_model_is_refused_by_the_controller_before_admission() {
         let answer = runtime.controller.send(infer("mlp")).await.unwrap();
         assert!(answer.is_ok(), "{answer:?}");
         let answered = loop {
-            match events.recv().await.unwrap() {
-                Event::RequestAnswered(answered) => break answered,
-                Event::ActionDone(_) => {}
+            if let Event::RequestAnswered(answered) = events.recv().await.unwrap() {
+                break answered;
             }
         };
         assert_eq!(answered.outcome, Outcome::Ok);

@@ -74,16 +74,21 @@ class Tally:
         self.offered = 0
         self.ok_latency = []
         self.late = 0
+        # Late answers the server itself held past the objective (its Server-Timing
+        # `edge` duration); the rest lost their time outside it (network, this client).
+        self.late_in_server = 0
         self.refused = {}
         self.refused_latency = []
         self.errors = {}
         self.overflow = 0
 
-    def record(self, status, error_type, latency):
+    def record(self, status, error_type, latency, server_ms=None):
         if status == 200:
             self.ok_latency.append(latency * 1e3)
             if latency > self.objective_s:
                 self.late += 1
+                if server_ms is not None and server_ms > self.objective_s * 1e3:
+                    self.late_in_server += 1
         elif status in REFUSAL_STATUSES:
             self.refused[error_type] = self.refused.get(error_type, 0) + 1
             self.refused_latency.append(latency * 1e3)
@@ -103,6 +108,7 @@ class Tally:
             "good": good,
             "goodput": round(good / self.offered, 4) if self.offered else None,
             "late": self.late,
+            "late_in_server": self.late_in_server,
             "refused": sum(self.refused.values()),
             "refused_by_type": self.refused,
             "refused_p50_ms": percentile(self.refused_latency, 50),
@@ -113,6 +119,18 @@ class Tally:
             "ok_p50_ms": percentile(self.ok_latency, 50),
             "ok_p99_ms": percentile(self.ok_latency, 99),
         }
+
+
+def server_edge_ms(response):
+    """The `edge` duration of the answer's Server-Timing header, in ms, or None."""
+    for part in response.headers.get("Server-Timing", "").split(","):
+        name, _, rest = part.strip().partition(";dur=")
+        if name == "edge":
+            try:
+                return float(rest)
+            except ValueError:
+                return None
+    return None
 
 
 async def one(session, url, body, headers, tally):
@@ -127,7 +145,7 @@ async def one(session, url, body, headers, tally):
                     error_type = json.loads(payload).get("error_type")
                 except ValueError:
                     error_type = "unparsable"
-            tally.record(response.status, error_type, latency)
+            tally.record(response.status, error_type, latency, server_edge_ms(response))
     except (aiohttp.ClientError, asyncio.TimeoutError) as e:
         key = f"connection:{type(e).__name__}"
         tally.errors[key] = tally.errors.get(key, 0) + 1

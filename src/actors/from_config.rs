@@ -91,7 +91,8 @@ impl RuntimeBuilder {
             },
         };
         if repository.generate_zoo {
-            let written = zoo::write_missing(&repository.path)?;
+            let mut written = zoo::write_missing(&repository.path)?;
+            written.extend(zoo::write_pipelines(&repository.path)?);
             if !written.is_empty() {
                 let root = repository.path.display();
                 tracing::info!(%root, models = ?written, "wrote the built-in zoo");
@@ -99,6 +100,19 @@ impl RuntimeBuilder {
         }
         if repository.load_all {
             for name in source.repository.names()? {
+                match source.repository.pipeline(&name) {
+                    // Validated against the models once they are registered.
+                    Ok(Some(decl)) => {
+                        self.pipelines.push((name, decl));
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(error) => {
+                        tracing::error!(pipeline = %name, %error, "pipeline refused");
+                        self.refused.push((name, error.to_string()));
+                        continue;
+                    }
+                }
                 match source.prepare(&name) {
                     Ok(registration) => {
                         log_prepared(&registration);

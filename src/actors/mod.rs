@@ -25,6 +25,7 @@ pub mod messages;
 mod model_cache;
 pub mod pipeline;
 pub mod pipeline_stage;
+pub mod pipeline_table;
 pub mod registry;
 mod runtime;
 pub mod watchdog;

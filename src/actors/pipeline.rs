@@ -76,7 +76,6 @@ pub struct PipelineActor {
     budget: Arc<dyn Budget>,
     clock: Clock,
     events: EventBus,
-    controller: Addr<Controller>,
     stages: Vec<Addr<StageActor>>,
     runs: HashMap<u64, InFlight>,
 }
@@ -89,7 +88,18 @@ impl PipelineActor {
         clock: Clock,
         events: EventBus,
     ) -> Addr<PipelineActor> {
-        PipelineActor::create(move |ctx| {
+        PipelineActor::create(move |ctx| Self::build(pipeline, controller, clock, events, ctx))
+    }
+
+    /// The actor, its stage actors started beside it.
+    pub fn build(
+        pipeline: Arc<Pipeline>,
+        controller: Addr<Controller>,
+        clock: Clock,
+        events: EventBus,
+        ctx: &mut Context<Self>,
+    ) -> Self {
+        {
             let name: Arc<str> = pipeline.name.as_str().into();
             let stage_names: Vec<Arc<str>> = pipeline
                 .stages
@@ -120,11 +130,10 @@ impl PipelineActor {
                 budget: Arc::new(Proportional),
                 clock,
                 events,
-                controller,
                 stages,
                 runs: HashMap::new(),
             }
-        })
+        }
     }
 
     /// Carries out one step of root `id`'s run.
@@ -286,13 +295,5 @@ impl Handler<StageDone> for PipelineActor {
         };
         let step = flight.run.on_answer(done.sub, result, now);
         self.apply(id, step);
-    }
-}
-
-/// Keeps the controller's address reachable for callers holding only the actor.
-impl PipelineActor {
-    /// The controller the stages submit to.
-    pub fn controller(&self) -> &Addr<Controller> {
-        &self.controller
     }
 }

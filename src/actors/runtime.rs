@@ -8,6 +8,7 @@ use super::admission::AdmissionTable;
 use super::eligibility::{DeviceFacts, IneligibleModel};
 use super::messages::RegisterError;
 use super::messages::{Drain, RegisterArtifact};
+use super::pipeline_table::{PipelineHost, PipelineTable};
 use super::registry::{Candidate, Catalog, ModelTable, Registry};
 use super::{Controller, ControllerParts, ControllerSettings, Executor, ExecutorLinks, ModelCache};
 use crate::config::{BackendKind, PolicyConfig, RuntimeConfig};
@@ -16,6 +17,7 @@ use crate::events::EventBus;
 use crate::gpu::profiles;
 use crate::gpu::Backend;
 use crate::model::{ModelId, ModelSpec};
+use crate::pipeline::PipelineDecl;
 use crate::repository::{Registration, RepositoryError, RepositorySource};
 use crate::scheduler::{self, DeviceInfo, Policy};
 use crate::time::Clock;
@@ -87,6 +89,8 @@ pub struct RuntimeBuilder {
     /// Which cores devices and front end run on (`from_config` with cpu devices); the
     /// arbiters of `Placement::Threads` are pinned to the front end's.
     pub(super) cores: Option<CorePlan>,
+    /// Pipelines to serve, validated once the models are registered.
+    pub(super) pipelines: Vec<(String, PipelineDecl)>,
 }
 
 /// Handles on a running actor system.
@@ -111,6 +115,10 @@ pub struct Runtime {
     /// Which cores devices and front end run on, if the configuration had cpu devices:
     /// `serve` sizes and pins its HTTP workers by it.
     pub cores: Option<CorePlan>,
+    /// The pipelines served; the API reads it, repository loads add to it.
+    pub pipelines: PipelineTable,
+    /// What serving another pipeline needs (a repository load).
+    pub pipeline_host: PipelineHost,
     arbiters: Vec<Arbiter>,
 }
 
@@ -128,7 +136,15 @@ impl RuntimeBuilder {
             repository: None,
             settings: ControllerSettings::default(),
             cores: None,
+            pipelines: Vec::new(),
         }
+    }
+
+    /// A pipeline to serve once the models are registered; one that does not fit them
+    /// is refused alone (in `Runtime::refused`).
+    pub fn pipeline(mut self, name: &str, decl: PipelineDecl) -> Self {
+        self.pipelines.push((name.to_owned(), decl));
+        self
     }
 
     /// A model described by a spec only (built-in profiles, tests): emulated devices and
@@ -260,6 +276,20 @@ impl RuntimeBuilder {
         home.spawn(async move {
             Context::with_receiver(controller_rx).run(controller);
         });
+        let pipeline_host = PipelineHost {
+            models: table.clone(),
+            controller: controller_addr.clone(),
+            clock,
+            events: events.clone(),
+            arbiter: home.clone(),
+            table: PipelineTable::default(),
+        };
+        for (name, decl) in std::mem::take(&mut self.pipelines) {
+            if let Err(error) = pipeline_host.serve(&name, &decl) {
+                tracing::error!(pipeline = %name, %error, "pipeline refused");
+                self.refused.push((name, error.to_string()));
+            }
+        }
         Ok(Runtime {
             clock,
             controller: controller_addr,
@@ -272,6 +302,8 @@ impl RuntimeBuilder {
             refused: self.refused,
             repository: self.repository,
             cores: self.cores,
+            pipelines: pipeline_host.table.clone(),
+            pipeline_host,
             arbiters,
         })
     }

@@ -11,23 +11,21 @@ use serde_json::Value;
 
 use std::sync::Arc;
 
-use actix_web::http::header::HeaderMap;
+use actix_web::http::header::{HeaderName, HeaderValue};
 
-use super::binary::{self, Sections};
-use super::codec;
+use super::body::{decode_body, respond, Decoded, Wanted};
 use super::edge::{self, Expected, Phase, PoolError, Stage};
 use super::error::{ApiError, ErrorBody};
 use super::metrics::Metrics;
 use super::models::Entry;
-use super::v2::{self, InferRequest, InferResponse, Parameters, ResponseOutput};
+use super::v2::{InferRequest, InferResponse, Parameters};
 use super::ApiState;
 use crate::actors::messages::{Edge, Infer, InferError, Inferred};
 use crate::model::ModelId;
 use crate::scheduler::view::{judge, Admission};
-use crate::tensor::Tensor;
 use crate::time::Nanos;
 
-/// Infers with a model.
+/// Infers with a model, or a pipeline (its root request; the answer holds its outputs).
 #[utoipa::path(
     tag = "inference",
     request_body(content = InferRequest, description = "JSON, or with Triton's binary tensor \
@@ -38,7 +36,7 @@ use crate::time::Nanos;
         (status = 404, description = "unknown_model, unknown_version", body = ErrorBody),
         (status = 413, description = "payload_too_large", body = ErrorBody),
         (status = 500, description = "execution_failed", body = ErrorBody),
-        (status = 503, description = "deadline_unreachable, timed_out, shutting_down, model_unavailable", body = ErrorBody),
+        (status = 503, description = "deadline_unreachable, timed_out, withdrawn, shutting_down, model_unavailable", body = ErrorBody),
     )
 )]
 #[post("/v2/models/{model}/infer")]
@@ -61,7 +59,7 @@ pub(super) async fn infer(
         (status = 404, description = "unknown_model, unknown_version", body = ErrorBody),
         (status = 413, description = "payload_too_large", body = ErrorBody),
         (status = 500, description = "execution_failed", body = ErrorBody),
-        (status = 503, description = "deadline_unreachable, timed_out, shutting_down, model_unavailable", body = ErrorBody),
+        (status = 503, description = "deadline_unreachable, timed_out, withdrawn, shutting_down, model_unavailable", body = ErrorBody),
     )
 )]
 #[post("/v2/models/{model}/versions/{version}/infer")]
@@ -97,6 +95,9 @@ pub(super) async fn run(
     request: &HttpRequest,
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
+    if let Some(served) = state.pipelines.get(model) {
+        return super::pipelines::infer(state, &served, version, request, body).await;
+    }
     let entry = state.models.ready(model, version)?;
     let front = Front::new(state, &entry, request);
     front.admit_before_reading()?;
@@ -131,36 +132,15 @@ pub(super) async fn run(
         decoded.slo,
     );
     front.took(Phase::Encode, started);
-    if state.clock.now() > front.arrival.saturating_add(slo) {
+    let done = state.clock.now();
+    if done > front.arrival.saturating_add(slo) {
         state.metrics.late_at_edge(entry.id);
     }
-    Ok(response)
-}
-
-/// A request body turned into what the controller takes.
-struct Decoded {
-    request: InferRequest,
-    slo: Option<Nanos>,
-    inputs: Vec<Tensor>,
-    batched: bool,
-    outputs: Vec<Wanted>,
-}
-
-/// Splits, parses and checks a body: the work the decode pool does.
-fn decode_body(entry: &Entry, headers: &HeaderMap, body: web::Bytes) -> Result<Decoded, ApiError> {
-    let (json, binary) = binary::split(headers, body)?;
-    let request: InferRequest =
-        serde_json::from_slice(&json).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-    let slo = slo(&request.parameters)?;
-    let (inputs, batched) = decode_inputs(entry, &request, binary)?;
-    let outputs = choose_outputs(entry, &request)?;
-    Ok(Decoded {
-        request,
-        slo,
-        inputs,
-        batched,
-        outputs,
-    })
+    Ok(with_server_timing(
+        response,
+        done.saturating_sub(front.arrival),
+        inferred.timing.exec.duration,
+    ))
 }
 
 /// One request as the front end sees it: its arrival, the model's learned front-end
@@ -253,7 +233,7 @@ impl<'a> Front<'a> {
         let small = body.len() <= edge::INLINE_DECODE_BYTES;
         let job = move || {
             let begun = clock.now();
-            (begun, decode_body(&entry, &headers, body))
+            (begun, decode_body(&entry.spec, &headers, body))
         };
         let (begun, decoded) = match state.decoders.run(slack, small, job).await {
             Ok(done) => done,
@@ -290,121 +270,21 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// The latency objective the request names, if any.
-fn slo(parameters: &Parameters) -> Result<Option<Nanos>, ApiError> {
-    let Some(value) = parameters.get("slo_ms") else {
-        return Ok(None);
-    };
-    match value.as_f64() {
-        Some(ms) if ms > 0.0 && ms.is_finite() && ms < 1e9 => Ok(Some((ms * 1e6) as Nanos)),
-        _ => Err(ApiError::bad_input(format!(
-            "parameter 'slo_ms' must be a positive number of milliseconds, got {value}"
-        ))),
+/// Tells the client, in the standard `Server-Timing` header, how long the server held the
+/// request (`edge`: from its head being read to its answer encoded) and how long its batch
+/// ran (`exec`), in milliseconds: a client that sees an answer late can tell whether the
+/// time went inside the server or before and after it (network, its own queues).
+fn with_server_timing(mut response: HttpResponse, edge: Nanos, exec: Nanos) -> HttpResponse {
+    let ms = |t: Nanos| t as f64 / 1e6;
+    let value = format!("edge;dur={:.3}, exec;dur={:.3}", ms(edge), ms(exec));
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        response.headers_mut().insert(SERVER_TIMING, value);
     }
+    response
 }
 
-/// The request's tensors as the runtime takes them, and whether the client sent a batch
-/// dimension (then outputs get one too).
-fn decode_inputs(
-    entry: &Entry,
-    request: &InferRequest,
-    binary: web::Bytes,
-) -> Result<(Vec<Tensor>, bool), ApiError> {
-    let mut sections = Sections::new(binary);
-    let mut tensors = Vec::with_capacity(request.inputs.len());
-    let mut batched = false;
-    for input in &request.inputs {
-        let name = &input.name;
-        let datatype = v2::parse_datatype(&input.datatype).ok_or_else(|| {
-            ApiError::bad_input(format!(
-                "input '{name}' has unknown datatype '{}'",
-                input.datatype
-            ))
-        })?;
-        let Some(declared) = entry.spec.inputs.iter().find(|d| &d.name == name) else {
-            return Err(ApiError::bad_input(format!(
-                "unexpected input '{name}'; model '{}' takes {:?}",
-                entry.spec.name,
-                entry
-                    .spec
-                    .inputs
-                    .iter()
-                    .map(|d| &d.name)
-                    .collect::<Vec<_>>()
-            )));
-        };
-        let (shape, with_batch) =
-            codec::item_shape(declared, &input.shape).map_err(ApiError::bad_input)?;
-        batched |= with_batch;
-        let count = codec::elements(name, &shape).map_err(ApiError::bad_input)?;
-        let binary_size =
-            v2::size(&input.parameters, "binary_data_size").map_err(ApiError::bad_input)?;
-        let data: Vec<u8> = match (binary_size, &input.data) {
-            (Some(_), Some(_)) => {
-                return Err(ApiError::bad_input(format!(
-                    "input '{name}' has both JSON data and binary_data_size"
-                )))
-            }
-            (Some(size), None) => {
-                let section = sections.take(name, size)?;
-                codec::check_raw(name, datatype, count, &section).map_err(ApiError::bad_input)?;
-                section.to_vec()
-            }
-            (None, Some(data)) => {
-                codec::from_json(name, datatype, count, data).map_err(ApiError::bad_input)?
-            }
-            (None, None) => return Err(ApiError::bad_input(format!("input '{name}' has no data"))),
-        };
-        tensors.push(Tensor {
-            name: name.clone(),
-            datatype,
-            shape,
-            data: data.into(),
-        });
-    }
-    sections.finish()?;
-    Ok((tensors, batched))
-}
-
-/// An output to answer, and whether as binary data.
-struct Wanted {
-    name: String,
-    binary: bool,
-}
-
-/// The outputs to answer: those requested, in order, else all of the model's.
-fn choose_outputs(entry: &Entry, request: &InferRequest) -> Result<Vec<Wanted>, ApiError> {
-    let all_binary =
-        v2::flag(&request.parameters, "binary_data_output").map_err(ApiError::bad_input)?;
-    let Some(requested) = &request.outputs else {
-        let all = entry.spec.outputs.iter().map(|o| Wanted {
-            name: o.name.clone(),
-            binary: all_binary,
-        });
-        return Ok(all.collect());
-    };
-    requested
-        .iter()
-        .map(|output| {
-            if !entry.spec.outputs.iter().any(|o| o.name == output.name) {
-                return Err(ApiError::bad_input(format!(
-                    "model '{}' has no output '{}'",
-                    entry.spec.name, output.name
-                )));
-            }
-            let binary = match output.parameters.get("binary_data") {
-                Some(_) => {
-                    v2::flag(&output.parameters, "binary_data").map_err(ApiError::bad_input)?
-                }
-                None => all_binary,
-            };
-            Ok(Wanted {
-                name: output.name.clone(),
-                binary,
-            })
-        })
-        .collect()
-}
+/// The header [`with_server_timing`] writes.
+const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
 
 /// The response: JSON, or a JSON header followed by the binary outputs.
 fn encode(
@@ -415,35 +295,6 @@ fn encode(
     batched: bool,
     slo: Option<Nanos>,
 ) -> HttpResponse {
-    let mut outputs = Vec::with_capacity(wanted.len());
-    let mut binary = Vec::new();
-    for want in wanted {
-        // The device gives every declared output; one it did not give is left out
-        // rather than invented.
-        let Some(tensor) = inferred.outputs.iter().find(|t| t.name == want.name) else {
-            tracing::warn!(model = %entry.spec.name, output = %want.name, "device gave no such output");
-            continue;
-        };
-        let mut shape = tensor.shape.clone();
-        if batched {
-            shape.insert(0, 1);
-        }
-        let mut parameters = Parameters::new();
-        let data = if want.binary {
-            parameters.insert("binary_data_size".into(), tensor.data.len().into());
-            binary.push(web::Bytes::copy_from_slice(&tensor.data));
-            None
-        } else {
-            Some(codec::to_json(tensor.datatype, &tensor.data))
-        };
-        outputs.push(ResponseOutput {
-            name: tensor.name.clone(),
-            datatype: v2::datatype_name(tensor.datatype).to_owned(),
-            shape,
-            parameters,
-            data,
-        });
-    }
     let slo_ms = slo.unwrap_or(entry.spec.slo) as f64 / 1e6;
     let parameters = Parameters::from_iter([
         ("emulated".to_owned(), Value::Bool(inferred.emulated)),
@@ -451,14 +302,12 @@ fn encode(
         ("batch_size".to_owned(), inferred.timing.batch.into()),
         ("slo_ms".to_owned(), slo_ms.into()),
     ]);
-    let response = InferResponse {
-        model_name: entry.spec.name.clone(),
-        model_version: entry.version(),
+    respond(
+        &entry.spec,
         id,
+        &inferred.outputs,
+        wanted,
+        batched,
         parameters,
-        outputs,
-    };
-    // Serialising plain data into a Vec cannot fail; keep an answer even if it did.
-    let json = serde_json::to_vec(&response).unwrap_or_else(|_| b"{}".to_vec());
-    binary::respond(json, binary)
+    )
 }

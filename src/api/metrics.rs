@@ -99,6 +99,8 @@ pub struct Metrics {
     edge_refusals: IntCounterVec,
     /// Answers that left after their deadline as measured from the edge.
     edge_late: IntCounterVec,
+    /// Pipelines' roots, stages and fan-outs.
+    pipelines: super::pipeline_metrics::PipelineMetrics,
 }
 
 fn counter(
@@ -225,6 +227,7 @@ impl Metrics {
         )?;
         let device = ["device"];
         Ok(Self {
+            pipelines: super::pipeline_metrics::PipelineMetrics::register(&r)?,
             api_errors: counter(
                 &r,
                 "clockwork_request_errors",
@@ -410,7 +413,9 @@ impl Metrics {
         match event {
             Event::RequestAnswered(e) => self.answered(e),
             Event::ActionDone(e) => self.action(e),
-            _ => {}
+            Event::PipelineAnswered(e) => self.pipelines.answered(e),
+            Event::StageAnswered(e) => self.pipelines.stage(e),
+            Event::FanOut(e) => self.pipelines.fan_out(e),
         }
     }
 

@@ -18,6 +18,7 @@
 //! | `error.rs` | the one error type, its kinds and status codes |
 
 mod binary;
+mod body;
 mod codec;
 mod edge;
 mod error;
@@ -26,6 +27,8 @@ mod infer;
 mod metrics;
 mod models;
 pub mod openapi;
+mod pipeline_metrics;
+mod pipelines;
 mod repository;
 mod v2;
 
@@ -45,6 +48,7 @@ pub use metrics::Metrics;
 pub use models::Models;
 
 use crate::actors::admission::AdmissionTable;
+use crate::actors::pipeline_table::{PipelineHost, PipelineTable};
 use crate::actors::{Controller, Runtime};
 use crate::repository::RepositorySource;
 use crate::time::Clock;
@@ -88,6 +92,10 @@ pub struct ApiState {
     pub decoders: Arc<DecodePool>,
     /// Where models registered through the repository routes come from.
     pub repository: Option<RepositorySource>,
+    /// The pipelines served (their routes are the models' routes).
+    pub pipelines: PipelineTable,
+    /// What serving a pipeline loaded through the repository routes needs.
+    pub pipeline_host: PipelineHost,
     /// Repository models that could not be registered, with the reason.
     refused: Arc<Mutex<BTreeMap<String, String>>>,
     /// Held while a model is registered (one at a time).
@@ -120,6 +128,8 @@ impl ApiState {
                 settings.decode_queue,
             )),
             repository: runtime.repository.clone(),
+            pipelines: runtime.pipelines.clone(),
+            pipeline_host: runtime.pipeline_host.clone(),
             refused: Arc::new(Mutex::new(runtime.refused.iter().cloned().collect())),
             registering: Arc::default(),
             openapi: web::Bytes::from(openapi),
@@ -150,7 +160,7 @@ impl ApiState {
         let names = source.repository.names().unwrap_or_default();
         names
             .into_iter()
-            .filter(|name| !self.models.contains(name))
+            .filter(|name| !self.models.contains(name) && self.pipelines.get(name).is_none())
             .map(|name| {
                 let reason = refused
                     .get(&name)

@@ -16,8 +16,9 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
 use super::v2::datatype_name;
-use super::ApiState;
+use super::{pipelines, ApiState};
 use crate::actors::messages::SnapshotController;
+use crate::actors::pipeline_table::Served;
 use crate::actors::ModelTable;
 use crate::model::{DataType, ModelId, ModelSpec, TensorSpec};
 
@@ -251,6 +252,28 @@ fn config_of(spec: &ModelSpec) -> ModelConfig {
     }
 }
 
+/// A pipeline's metadata: described as a model of platform `ensemble`.
+fn pipeline_metadata(served: &Served, version: Option<&str>) -> Result<ModelMetadata, ApiError> {
+    pipelines::check_version(served, version)?;
+    let mut described = metadata_of(&pipelines::pipeline_spec(&served.pipeline));
+    described.platform = pipelines::ENSEMBLE.to_owned();
+    Ok(described)
+}
+
+/// A pipeline is ready when every stage's model is.
+async fn pipeline_ready(
+    state: &ApiState,
+    served: &Served,
+    version: Option<&str>,
+) -> Result<(), ApiError> {
+    pipelines::check_version(served, version)?;
+    for stage in &served.pipeline.stages {
+        let entry = state.models.ready(&stage.model, None)?;
+        servable(state, &entry).await?;
+    }
+    Ok(())
+}
+
 /// Metadata of a model.
 #[utoipa::path(tag = "models", responses(
     (status = 200, body = ModelMetadata),
@@ -261,6 +284,9 @@ pub(super) async fn metadata(
     state: web::Data<ApiState>,
     path: web::Path<String>,
 ) -> Result<web::Json<ModelMetadata>, ApiError> {
+    if let Some(served) = state.pipelines.get(&path) {
+        return Ok(web::Json(pipeline_metadata(&served, None)?));
+    }
     let entry = state.models.find(&path, None)?;
     Ok(web::Json(metadata_of(&entry.spec)))
 }
@@ -276,6 +302,9 @@ pub(super) async fn version_metadata(
     path: web::Path<(String, String)>,
 ) -> Result<web::Json<ModelMetadata>, ApiError> {
     let (model, version) = path.into_inner();
+    if let Some(served) = state.pipelines.get(&model) {
+        return Ok(web::Json(pipeline_metadata(&served, Some(&version))?));
+    }
     let entry = state.models.find(&model, Some(&version))?;
     Ok(web::Json(metadata_of(&entry.spec)))
 }
@@ -311,6 +340,10 @@ pub(super) async fn ready(
     state: web::Data<ApiState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
+    if let Some(served) = state.pipelines.get(&path) {
+        pipeline_ready(&state, &served, None).await?;
+        return Ok(HttpResponse::Ok().finish());
+    }
     let entry = state.models.ready(&path, None)?;
     servable(&state, &entry).await?;
     Ok(HttpResponse::Ok().finish())
@@ -329,6 +362,10 @@ pub(super) async fn version_ready(
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let (model, version) = path.into_inner();
+    if let Some(served) = state.pipelines.get(&model) {
+        pipeline_ready(&state, &served, Some(&version)).await?;
+        return Ok(HttpResponse::Ok().finish());
+    }
     let entry = state.models.ready(&model, Some(&version))?;
     servable(&state, &entry).await?;
     Ok(HttpResponse::Ok().finish())
@@ -343,9 +380,12 @@ pub(super) async fn version_ready(
 pub(super) async fn config(
     state: web::Data<ApiState>,
     path: web::Path<String>,
-) -> Result<web::Json<ModelConfig>, ApiError> {
+) -> Result<HttpResponse, ApiError> {
+    if let Some(served) = state.pipelines.get(&path) {
+        return Ok(HttpResponse::Ok().json(pipelines::config(&served, None, config_tensor)?));
+    }
     let entry = state.models.find(&path, None)?;
-    Ok(web::Json(config_of(&entry.spec)))
+    Ok(HttpResponse::Ok().json(config_of(&entry.spec)))
 }
 
 /// Triton model configuration of a model version.
@@ -357,10 +397,17 @@ pub(super) async fn config(
 pub(super) async fn version_config(
     state: web::Data<ApiState>,
     path: web::Path<(String, String)>,
-) -> Result<web::Json<ModelConfig>, ApiError> {
+) -> Result<HttpResponse, ApiError> {
     let (model, version) = path.into_inner();
+    if let Some(served) = state.pipelines.get(&model) {
+        return Ok(HttpResponse::Ok().json(pipelines::config(
+            &served,
+            Some(&version),
+            config_tensor,
+        )?));
+    }
     let entry = state.models.find(&model, Some(&version))?;
-    Ok(web::Json(config_of(&entry.spec)))
+    Ok(HttpResponse::Ok().json(config_of(&entry.spec)))
 }
 
 #[cfg(test)]

@@ -98,6 +98,12 @@ pub(super) async fn index(
             reason: if e.available() { "" } else { "unloaded" }.to_owned(),
         })
         .collect();
+    entries.extend(state.pipelines.all().iter().map(|p| IndexEntry {
+        name: p.pipeline.name.clone(),
+        version: "1".to_owned(),
+        state: "READY".to_owned(),
+        reason: String::new(),
+    }));
     entries.extend(
         state
             .unregistered()
@@ -138,12 +144,43 @@ pub(super) async fn load(
         tracing::info!(model = %name, "model loaded (admitting requests)");
         return Ok(HttpResponse::Ok().finish());
     }
+    if state.pipelines.get(&name).is_some() || serve_pipeline(&state, &name)? {
+        return Ok(HttpResponse::Ok().finish());
+    }
     register(&state, name).await?;
     Ok(HttpResponse::Ok().finish())
 }
 
 /// Registers model `name` from the repository (one at a time: a model is read and
 /// profiled once). The controller's registry tells the model table and the metrics.
+/// Serves `name` if the repository declares it a pipeline (validated against the models
+/// registered now); false if it is no pipeline.
+fn serve_pipeline(state: &ApiState, name: &str) -> Result<bool, ApiError> {
+    let Some(source) = &state.repository else {
+        return Ok(false);
+    };
+    let failed = |reason: String| {
+        state.note_refused(name, reason.clone());
+        ApiError::LoadFailed {
+            model: name.to_owned(),
+            reason,
+        }
+    };
+    let Some(decl) = source
+        .repository
+        .pipeline(name)
+        .map_err(|e| failed(e.to_string()))?
+    else {
+        return Ok(false);
+    };
+    state
+        .pipeline_host
+        .serve(name, &decl)
+        .map_err(|e| failed(e.to_string()))?;
+    state.note_refused(name, String::new());
+    Ok(true)
+}
+
 async fn register(state: &ApiState, name: String) -> Result<(), ApiError> {
     let Some(source) = state.repository.clone() else {
         return Err(ApiError::UnknownModel(name));
@@ -205,6 +242,11 @@ pub(super) async fn unload(
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     LoadRequest::parse(&body)?;
+    // A pipeline stops being served; its root requests in flight still get their answers.
+    if state.pipelines.remove(&path) {
+        tracing::info!(pipeline = %path, "pipeline unloaded");
+        return Ok(HttpResponse::Ok().finish());
+    }
     state.models.find(&path, None)?.set_available(false);
     tracing::info!(model = %path, "model unloaded (refusing requests)");
     Ok(HttpResponse::Ok().finish())

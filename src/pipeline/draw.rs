@@ -17,7 +17,7 @@ pub const MAX_COUNT: usize = 4096;
 pub fn count(dist: EmulatedFanOut, seed: u64) -> usize {
     let mut rng = StdRng::seed_from_u64(seed);
     let (mean, variance) = (dist.mean, dist.variance);
-    if !(mean > 0.0) {
+    if mean.is_nan() || mean <= 0.0 {
         return 0;
     }
     let drawn = if (variance - mean).abs() <= 1e-9 * mean {
@@ -34,7 +34,7 @@ pub fn count(dist: EmulatedFanOut, seed: u64) -> usize {
     } else {
         // Binomial with n trials of p = mean / n, n = mean^2 / (mean - variance)
         // rounded (at least the mean, so that p <= 1).
-        let n = (mean * mean / (mean - variance)).round().max(mean.ceil());
+        let n = binomial_trials(mean, variance);
         match Binomial::new(n as u64, (mean / n).min(1.0)) {
             Ok(binomial) => binomial.sample(&mut rng) as f64,
             Err(_) => mean.round(),
@@ -43,8 +43,15 @@ pub fn count(dist: EmulatedFanOut, seed: u64) -> usize {
     (drawn.max(0.0) as usize).min(MAX_COUNT)
 }
 
+/// Trials of the binomial with this mean and (smaller) variance: `mean^2 / (mean -
+/// variance)` rounded, at least the mean (so that p <= 1). The rounding moves the variance
+/// a little: it is `mean * (1 - mean / n)`.
+fn binomial_trials(mean: f64, variance: f64) -> f64 {
+    (mean * mean / (mean - variance)).round().max(mean.ceil())
+}
+
 fn poisson(rate: f64, rng: &mut StdRng) -> f64 {
-    if !(rate > 0.0) {
+    if rate.is_nan() || rate <= 0.0 {
         return 0.0;
     }
     Poisson::new(rate).map_or(rate.round(), |p| p.sample(rng))
@@ -90,9 +97,16 @@ mod tests {
         /// with p = 1 - variance / mean inverted, or dropping the gamma mixing, fails it.)
         #[test]
         fn sample_moments_match(mean in 0.5f64..6.0, ratio in prop_oneof![Just(1.0), 0.3f64..0.9, 1.2f64..4.0]) {
-            let variance = mean * ratio;
-            let (m, v) = moments(EmulatedFanOut { mean, variance }, 20_000);
-            // n rounding of the binomial moves its variance a little.
+            let declared = mean * ratio;
+            let (m, v) = moments(EmulatedFanOut { mean, variance: declared }, 20_000);
+            // The binomial's whole number of trials moves its variance a little.
+            let variance = if ratio < 1.0 {
+                let n = binomial_trials(mean, declared);
+                mean * (1.0 - mean / n)
+            } else {
+                declared
+            };
+            prop_assert!((variance - declared).abs() < 0.5 * declared);
             prop_assert!((m - mean).abs() < 0.05 * mean + 0.05, "mean {m} for {mean}");
             prop_assert!((v - variance).abs() < 0.12 * variance + 0.1, "variance {v} for {variance}");
         }

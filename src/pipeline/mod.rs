@@ -8,7 +8,8 @@
 //! - [`budget`]: how the end-to-end objective is split into stage deadlines (the seam
 //!   the planning of the next issue replaces);
 //! - [`run`]: one root request's state machine (fan-out, join, withdraw, one answer);
-//! - [`draw`]: the seeded fan-out counts of emulated answers.
+//! - [`draw`]: the seeded fan-out counts of emulated answers;
+//! - `rows`: cutting, scoring and stacking tensor rows for [`run`].
 //!
 //! The pipeline-stage actors (`crate::actors::pipeline`) drive [`run`] and talk to the
 //! controller; the property tests drive it on the scheduler's testbed.
@@ -16,6 +17,7 @@
 pub mod budget;
 pub mod decl;
 pub mod draw;
+mod rows;
 pub mod run;
 pub mod validate;
 

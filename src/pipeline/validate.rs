@@ -25,6 +25,8 @@ pub struct StageModel {
 /// Why a declaration cannot be served.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PipelineError {
+    #[error("the name '{0}' is a registered model's: give the pipeline another")]
+    NameTaken(String),
     #[error("the pipeline has no stages: add at least one [[pipeline.stages]]")]
     NoStages,
     #[error("slo must be more than zero")]
@@ -120,30 +122,8 @@ pub fn validate(
             version: sd.version,
         })?;
         let above = parent.map_or(&root_scope, |p| &scopes[p]);
-        let (mut scope, row) = fanned_scope(sd, above)?;
-        let inputs = map_inputs(sd, &model, &scope)?;
-        let mut outputs = Vec::new();
-        for (out, tensor) in &sd.output_map {
-            let spec = find(&model.outputs, &sd.name, &sd.model, "output", out)?;
-            if root_scope.contains_key(tensor) || produced.contains_key(tensor) {
-                return Err(PipelineError::DuplicateTensor(tensor.clone()));
-            }
-            produced.insert(tensor.clone(), stages.len());
-            scope.insert(
-                tensor.clone(),
-                TensorSpec {
-                    name: tensor.clone(),
-                    ..spec
-                },
-            );
-            outputs.push((out.clone(), tensor.clone()));
-        }
-        if let Some(e) = sd.emulated_fan_out {
-            let sane = e.mean >= 0.0 && e.variance > 0.0 && e.mean.is_finite();
-            if sd.fan_out == FanOut::One || !sane || !e.variance.is_finite() {
-                return Err(PipelineError::BadEmulatedFanOut(sd.name.clone()));
-            }
-        }
+        let (scope, row, inputs, outputs) =
+            check_stage(sd, &model, above, &root_scope, &mut produced, stages.len())?;
         let fanned = sd.fan_out != FanOut::One || parent.is_some_and(|p| stages[p].fanned);
         let index = stages.len();
         if let Some(p) = parent {
@@ -165,8 +145,25 @@ pub fn validate(
         });
         scopes.push(scope);
     }
-    let outputs = decl
-        .outputs
+    let outputs = pipeline_outputs(decl, &produced, &scopes, &stages)?;
+    Ok(Pipeline {
+        name: name.to_owned(),
+        slo,
+        partial_results: decl.partial_results,
+        inputs: decl.inputs.clone(),
+        outputs,
+        stages,
+    })
+}
+
+/// The declared outputs: which stage makes each, and whether it is joined.
+fn pipeline_outputs(
+    decl: &PipelineDecl,
+    produced: &BTreeMap<String, usize>,
+    scopes: &[Scope],
+    stages: &[Stage],
+) -> Result<Vec<PipelineOutput>, PipelineError> {
+    decl.outputs
         .iter()
         .map(|o| {
             let &stage = produced
@@ -184,15 +181,51 @@ pub fn validate(
                 joined,
             })
         })
-        .collect::<Result<_, PipelineError>>()?;
-    Ok(Pipeline {
-        name: name.to_owned(),
-        slo,
-        partial_results: decl.partial_results,
-        inputs: decl.inputs.clone(),
-        outputs,
-        stages,
-    })
+        .collect::<Result<_, PipelineError>>()
+}
+
+/// One stage's scope (with its outputs), fanned-out row, inputs and outputs, checked
+/// against its model; `index` is its place in the validated order.
+#[allow(clippy::type_complexity)]
+fn check_stage(
+    sd: &StageDecl,
+    model: &StageModel,
+    above: &Scope,
+    root_scope: &Scope,
+    produced: &mut BTreeMap<String, usize>,
+    index: usize,
+) -> Result<
+    (
+        Scope,
+        Option<TensorSpec>,
+        Vec<(String, String)>,
+        Vec<(String, String)>,
+    ),
+    PipelineError,
+> {
+    let (mut scope, row) = fanned_scope(sd, above)?;
+    let inputs = map_inputs(sd, model, &scope)?;
+    let mut outputs = Vec::new();
+    for (out, tensor) in &sd.output_map {
+        let spec = find(&model.outputs, &sd.name, &sd.model, "output", out)?;
+        if root_scope.contains_key(tensor) || produced.contains_key(tensor) {
+            return Err(PipelineError::DuplicateTensor(tensor.clone()));
+        }
+        produced.insert(tensor.clone(), index);
+        let spec = TensorSpec {
+            name: tensor.clone(),
+            ..spec
+        };
+        scope.insert(tensor.clone(), spec);
+        outputs.push((out.clone(), tensor.clone()));
+    }
+    if let Some(e) = sd.emulated_fan_out {
+        let sane = e.mean >= 0.0 && e.variance > 0.0 && e.mean.is_finite();
+        if sd.fan_out == FanOut::One || !sane || !e.variance.is_finite() {
+            return Err(PipelineError::BadEmulatedFanOut(sd.name.clone()));
+        }
+    }
+    Ok((scope, row, inputs, outputs))
 }
 
 /// The stages' declaration indices with every parent before its children; refuses

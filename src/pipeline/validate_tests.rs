@@ -72,10 +72,12 @@ fn a_good_declaration_is_ordered_and_typed() {
     assert_eq!(p.outputs[1].spec.shape, vec![-1, 3]);
 }
 
-#[test]
-fn each_mistake_has_its_error() {
+type Expect = fn(&PipelineError) -> bool;
+
+/// One declaration per mistake, with the error it must get.
+fn mistakes() -> Vec<(String, Expect)> {
     use PipelineError as E;
-    let cases: Vec<(String, fn(&PipelineError) -> bool)> = vec![
+    vec![
         (GOOD.replace("\"cls\"", "\"nope\""), |e| {
             matches!(e, E::UnknownModel { .. })
         }),
@@ -156,8 +158,12 @@ fn each_mistake_has_its_error() {
             ),
             |e| matches!(e, E::BadEmulatedFanOut(_)),
         ),
-    ];
-    for (text, expected) in cases {
+    ]
+}
+
+#[test]
+fn each_mistake_has_its_error() {
+    for (text, expected) in mistakes() {
         let error = check(&text).expect_err(&text);
         assert!(expected(&error), "{error:?} for\n{text}");
         assert!(!error.to_string().is_empty());

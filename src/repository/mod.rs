@@ -9,6 +9,9 @@
 //!       profile.json       # written by profiling; reused while the model is unchanged
 //! ```
 //!
+//! A directory whose `config.toml` has a `[pipeline]` table (and no versions) declares a
+//! pipeline of the models beside it ([`Repository::pipeline`], `crate::pipeline::decl`).
+//!
 //! [`Repository`] finds and reads models; [`prepare`] turns one into a registration
 //! (its spec from the graph and the configuration, its profile measured or reused); the
 //! built-in [`zoo`] writes real models into it. A model that cannot be read, configured
@@ -25,6 +28,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use model_config::ModelFileConfig;
+
+use crate::pipeline::{PipelineDecl, PipelineFile};
 pub use prepare::{prepare, PrepareSettings, Registration};
 
 /// The file holding a version's graph.
@@ -132,6 +137,25 @@ impl Repository {
         }
         names.sort();
         Ok(names)
+    }
+
+    /// The pipeline declared in `name`'s directory, if its `config.toml` has a
+    /// `[pipeline]` table (a pipeline directory has no versions); `None` for a model.
+    pub fn pipeline(&self, name: &str) -> Result<Option<PipelineDecl>, RepositoryError> {
+        let plain = !name.is_empty() && !name.contains(['/', '\\']) && name != "..";
+        let path = self.root.join(name).join(CONFIG_FILE);
+        if !plain || !path.is_file() {
+            return Ok(None);
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| RepositoryError::io(&path, e))?;
+        if !PipelineFile::declares_pipeline(&text) {
+            return Ok(None);
+        }
+        let file = PipelineFile::parse(&text).map_err(|message| RepositoryError::Config {
+            model: name.to_owned(),
+            message,
+        })?;
+        Ok(Some(file.pipeline))
     }
 
     /// Reads model `name`: its configuration and the graph of the version it serves.

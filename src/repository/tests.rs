@@ -49,7 +49,10 @@ fn the_zoo_is_written_read_and_prepared() {
     // A second call leaves existing models alone.
     assert!(zoo::write_missing(&root.0).unwrap().is_empty());
     let repository = Repository::new(&root.0);
-    assert_eq!(repository.names().unwrap(), ["cnn", "mlp", "resnet"]);
+    assert_eq!(
+        repository.names().unwrap(),
+        ["classifier", "cnn", "detector", "mlp", "resnet"]
+    );
     let stored = repository.read("mlp").unwrap();
     assert_eq!(stored.version, 1);
     let prepared = prepare(&stored, &quick()).unwrap();

@@ -3,17 +3,25 @@
 //!
 //! Three shapes of network that stress a CPU differently: `mlp` (dense layers, memory
 //! bound), `cnn` (a small convolutional classifier) and `resnet` (residual blocks with
-//! batch normalisation, a downsampling stage and global pooling, after ResNet). Every
-//! model takes `input` and gives `output` (10 class scores) with a symbolic batch
-//! dimension `N`, unless built with a fixed batch of 1 (which then serves batch 1 only).
+//! batch normalisation, a downsampling stage and global pooling, after ResNet). Each
+//! takes `input` and gives `output` (10 class scores). Two more form a pipeline
+//! ([`pipeline`]): `detector` (regions' `scores` and `crops`) and `classifier` (`probs`
+//! of one crop). Every model has a symbolic batch dimension `N`, unless built with a
+//! fixed batch of 1 (which then serves batch 1 only).
 
 use std::path::Path;
+
+mod pipeline;
 
 use super::onnx_builder::{Attr, Dim, GraphBuilder};
 use super::RepositoryError;
 
+pub use pipeline::{
+    pipeline_text, region_corner, write_pipelines, CROP_MIN_SCORE, PIPELINES, REGIONS,
+};
+
 /// Names of the zoo's models.
-pub const MODELS: &[&str] = &["mlp", "cnn", "resnet"];
+pub const MODELS: &[&str] = &["mlp", "cnn", "resnet", "detector", "classifier"];
 
 /// Seed of the zoo's weights: the same everywhere, so outputs are comparable across runs.
 pub const SEED: u64 = 2020;
@@ -42,12 +50,15 @@ pub fn build(name: &str, batch: Batch, seed: u64) -> Option<Vec<u8>> {
         "mlp" => Some(mlp(batch, seed)),
         "cnn" => Some(cnn(batch, seed)),
         "resnet" => Some(resnet(batch, seed)),
-        _ => None,
+        _ => pipeline::build(name, batch, seed),
     }
 }
 
 /// The per-model configuration the zoo writes beside each model.
 pub fn config_text(name: &str) -> &'static str {
+    if let Some(text) = pipeline::config_text(name) {
+        return text;
+    }
     match name {
         "mlp" => "# Built-in zoo: 3 dense layers, 256 -> 512 -> 512 -> 10.\nmax_batch_size = 16\nslo = \"50ms\"\n",
         "cnn" => "# Built-in zoo: 2 conv + pool stages and 2 dense layers on 3x32x32 images.\nmax_batch_size = 16\nslo = \"100ms\"\n",

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 use super::ids::IdMap;
 
 use super::{Action, ActionError, ActionKind, Measured, Outcome, Plan, Policy, Request, Verdict};
-use crate::model::ModelProfile;
+use crate::model::{ModelId, ModelProfile, RequestId};
 use crate::protocol::core::{ExecutorCore, Lane, Step};
 use crate::time::Nanos;
 
@@ -47,6 +47,9 @@ pub struct Report {
     pub completed: usize,
     pub late: usize,
     pub refused: BTreeMap<&'static str, usize>,
+    /// Of the refusals, those answered at the request's arrival (the rest waited first):
+    /// under overload a policy that refuses early has most of them here.
+    pub refused_on_arrival: usize,
     pub failed: usize,
     pub actions: usize,
     pub batches: usize,
@@ -60,6 +63,49 @@ pub struct Report {
     pub duplicate_loads: usize,
     /// Broken promises; empty if the policy kept them all.
     pub violations: Vec<String>,
+}
+
+/// A caller whose requests depend on the answers (a pipeline's stages): the testbed asks
+/// it for arrivals and tells it every answer and every planned batch.
+pub trait Driver {
+    /// When it next has a request to make on its own, if ever.
+    fn next_arrival(&mut self) -> Option<Nanos>;
+    /// Its requests due by `now`, in arrival order.
+    fn arrivals(&mut self, now: Nanos) -> Vec<Request>;
+    /// `request` got its one answer at `now`: what it makes or withdraws in response.
+    fn answered(&mut self, request: RequestId, verdict: &Verdict, now: Nanos) -> Reaction;
+    /// The policy planned an INFER of these requests at `now`.
+    fn planned(&mut self, _requests: &[RequestId], _now: Nanos) {}
+}
+
+/// A driver's response to an answer.
+#[derive(Debug, Default)]
+pub struct Reaction {
+    /// New requests, arriving now.
+    pub submit: Vec<Request>,
+    /// Requests it no longer wants: (request, its model).
+    pub withdraw: Vec<(RequestId, ModelId)>,
+}
+
+/// A fixed stream of arrivals, as [`Testbed::run`] takes it.
+struct Stream<I: Iterator<Item = Request>>(std::iter::Peekable<I>);
+
+impl<I: Iterator<Item = Request>> Driver for Stream<I> {
+    fn next_arrival(&mut self) -> Option<Nanos> {
+        self.0.peek().map(|r| r.arrival)
+    }
+
+    fn arrivals(&mut self, now: Nanos) -> Vec<Request> {
+        let mut due = Vec::new();
+        while let Some(r) = self.0.next_if(|r| r.arrival <= now) {
+            due.push(r);
+        }
+        due
+    }
+
+    fn answered(&mut self, _: RequestId, _: &Verdict, _: Nanos) -> Reaction {
+        Reaction::default()
+    }
 }
 
 /// Executors in memory around a policy.
@@ -118,10 +164,14 @@ impl<P: Policy> Testbed<P> {
 
     /// Feeds the arrivals (sorted by arrival) and runs until everything is answered.
     pub fn run(&mut self, arrivals: impl IntoIterator<Item = Request>) -> Report {
-        let mut arrivals = arrivals.into_iter().peekable();
+        self.run_driven(&mut Stream(arrivals.into_iter().peekable()))
+    }
+
+    /// Runs with requests made by `driver` until everything is answered.
+    pub fn run_driven(&mut self, driver: &mut dyn Driver) -> Report {
         let mut stalled = 0;
         loop {
-            let next_arrival = arrivals.peek().map(|r| r.arrival);
+            let next_arrival = driver.next_arrival();
             let next_event = self.events.peek().map(|Reverse((t, _, _))| *t);
             let wake = self.policy.next_wakeup(self.now);
             let Some(t) = [next_arrival, next_event, wake].into_iter().flatten().min() else {
@@ -140,9 +190,14 @@ impl<P: Policy> Testbed<P> {
                 break;
             }
             self.now = self.now.max(t);
-            while let Some(r) = arrivals.next_if(|r| r.arrival <= self.now) {
+            for r in driver.arrivals(self.now) {
                 self.report.admitted += 1;
+                let before = self.plan.answers.len();
                 self.policy.admit(r, self.now, &mut self.plan);
+                let refused = self.plan.answers[before..]
+                    .iter()
+                    .filter(|a| a.request == r.id && matches!(a.verdict, Verdict::Refused(_)));
+                self.report.refused_on_arrival += refused.count();
             }
             while self
                 .events
@@ -154,7 +209,7 @@ impl<P: Policy> Testbed<P> {
                 }
             }
             self.policy.schedule(self.now, &mut self.plan);
-            self.dispatch();
+            self.dispatch(driver);
         }
         let unanswered = self.report.admitted - self.answered.len();
         if unanswered > 0 {
@@ -174,18 +229,42 @@ impl<P: Policy> Testbed<P> {
         self.events.push(Reverse((t, self.seq, event)));
     }
 
-    fn dispatch(&mut self) {
-        let mut plan = std::mem::take(&mut self.plan);
-        for answer in plan.answers.drain(..) {
-            self.record(answer.request.0, answer.verdict);
+    /// Carries out the plan, and what the driver makes of its answers, until it is empty.
+    fn dispatch(&mut self, driver: &mut dyn Driver) {
+        while !self.plan.is_empty() {
+            let plan = std::mem::take(&mut self.plan);
+            let mut reacted = false;
+            // A batch planned in the same step as an answer was decided with it, not
+            // after it: the driver hears of the batch first.
+            self.carry_out(plan.actions, driver);
+            for answer in plan.answers {
+                let reaction = driver.answered(answer.request, &answer.verdict, self.now);
+                self.record(answer.request.0, answer.verdict);
+                for (request, model) in reaction.withdraw {
+                    self.policy.withdraw(request, model, &mut self.plan);
+                }
+                for r in reaction.submit {
+                    reacted = true;
+                    self.report.admitted += 1;
+                    self.policy.admit(r, self.now, &mut self.plan);
+                }
+            }
+            if reacted {
+                self.policy.schedule(self.now, &mut self.plan);
+            }
         }
-        for action in plan.actions.drain(..) {
+    }
+
+    fn carry_out(&mut self, actions: Vec<Action>, driver: &mut dyn Driver) {
+        for action in actions {
+            if let ActionKind::Infer { requests } = &action.kind {
+                driver.planned(requests, self.now);
+            }
             self.report.actions += 1;
             let device = action.device.0 as usize;
             let lane = self.devices[device].core.submit(action);
             self.arm(device, lane, self.now);
         }
-        self.plan = plan;
     }
 
     /// Wakes `lane` of `device` at `at`, unless it is already woken no later.

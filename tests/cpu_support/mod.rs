@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test file uses its own part
 
+pub mod pipeline_ref;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

@@ -85,7 +85,7 @@ impl ClockworkPolicy {
     /// newest measurement is older than `estimate_max_age` back to their seeds, so that a
     /// model whose estimates a slow spell raised past its objectives runs (and is measured)
     /// again instead of being refused forever. Answers whether any changed.
-    fn refresh_estimates(&mut self, model: ModelId, now: Nanos) -> bool {
+    pub(super) fn refresh_estimates(&mut self, model: ModelId, now: Nanos) -> bool {
         let m = &mut self.models[model.0 as usize];
         if now.saturating_sub(m.measured_at) <= self.params.estimate_max_age {
             return false;

@@ -14,6 +14,7 @@
 //!   (`placement.rs`), and registered models are loaded into free pages before any traffic.
 //! - Estimates are sliding-window percentiles of measured durations, per device kind.
 
+mod admit;
 mod infer;
 mod load;
 mod placement;
@@ -301,41 +302,7 @@ impl Policy for ClockworkPolicy {
 
     fn admit(&mut self, request: Request, now: Nanos, plan: &mut Plan) {
         self.now = self.now.max(now);
-        // The controller admits only models it added (see `Policy::admit`).
-        self.models[request.model.0 as usize].rate.record(now);
-        let model = &self.models[request.model.0 as usize];
-        let p = &self.params;
-        // Keep a buffer for estimate error, but never plan past the objective itself.
-        let window = request
-            .slo
-            .saturating_sub(p.buffer)
-            .max(request.slo.min(p.schedule_ahead + p.buffer));
-        let single = model.exec.iter().map(|k| k[0].get()).max().unwrap_or(0);
-        let cold = model.ready_on.is_empty() && model.loading == 0;
-        let load = model.load.iter().map(Estimator::get).min().unwrap_or(0);
-        let hopeless = now + p.lanes.expected_lag + load + single > request.arrival + window;
-        // Device time it needs over the load budget; at least 1 so that a model that takes
-        // no time still counts as wanted.
-        let demand = (single.saturating_mul(DEVICE) / p.load_budget).max(1);
-        if p.early_drop && cold && hopeless {
-            // Nobody holds the model and a load could not finish in time: say so now, and
-            // remember the miss so that the model gets loaded for the next requests.
-            self.models[request.model.0 as usize].missed += demand;
-            self.rerank(request.model);
-            plan.answers.push(Answer {
-                request: request.id,
-                verdict: Verdict::Refused(Refusal::DeadlineUnreachable),
-            });
-            return;
-        }
-        let item = Queued {
-            id: request.id,
-            deadline: request.arrival.saturating_add(window),
-            due: request.deadline(),
-            demand,
-        };
-        // Enqueueing re-ranks the model, with its new rate.
-        self.enqueue(request.model, item);
+        self.admit_request(request, now, plan);
     }
 
     fn observe(&mut self, outcome: Outcome, now: Nanos, plan: &mut Plan) {

@@ -4,6 +4,7 @@
 use super::*;
 use crate::gpu::profiles;
 use crate::model::RequestId;
+use crate::scheduler::Refusal;
 use crate::time::MS;
 
 const RESNET_PAGES: u32 = 7;
@@ -372,4 +373,59 @@ fn estimates_raised_by_a_slow_spell_do_not_refuse_forever() {
         served(&mut policy, 3, end + max_age + MS),
         "an estimate not measured for longer than its maximum age gives way to the profile"
     );
+}
+
+/// Under a burst, the request the queue ahead of it cannot drain in time is refused in
+/// the plan of its own arrival, the edge's view projected exactly that, and every request
+/// admitted before it is then served in time (exact durations).
+#[test]
+fn a_request_the_queue_cannot_drain_in_time_is_refused_on_arrival() {
+    let mut policy = policy(1, 100, 1);
+    let now = warm(&mut policy);
+    // 100 ms objective: internal deadline 95 ms after arrival.
+    let internal = now + 95 * MS;
+    let mut admitted = 0;
+    let refused = loop {
+        assert!(
+            admitted < 1000,
+            "a burst of 1000 at once must overflow 95 ms"
+        );
+        let view = policy.view(ModelId(0), now).expect("the model is known");
+        let mut plan = Plan::default();
+        policy.admit(request(admitted, 0, now, 100 * MS), now, &mut plan);
+        if let Some(answer) = plan.answers.pop() {
+            assert!(view.finish > internal, "the view projected it: {view:?}");
+            break answer;
+        }
+        assert!(
+            view.finish <= internal,
+            "the view agreed to admit it: {view:?}"
+        );
+        admitted += 1;
+    };
+    assert!(admitted > 16, "more than one batch fits 95 ms: {admitted}");
+    assert_eq!(refused.request, RequestId(admitted));
+    assert_eq!(
+        refused.verdict,
+        Verdict::Refused(Refusal::DeadlineUnreachable)
+    );
+    // Drain: everything admitted completes, none late, nothing refused later.
+    let mut plan = Plan::default();
+    policy.schedule(now, &mut plan);
+    let (mut t, mut completed) = (now, 0);
+    while !plan.actions.is_empty() {
+        let (reports, free) = complete_in_order(&mut policy, &plan, t);
+        for answer in &reports.answers {
+            assert!(
+                matches!(answer.verdict, Verdict::Completed { late: false, .. }),
+                "{answer:?}"
+            );
+            completed += 1;
+        }
+        t = free;
+        plan.clear();
+        policy.schedule(t, &mut plan);
+        assert!(plan.answers.is_empty(), "{:?}", plan.answers);
+    }
+    assert_eq!(completed, admitted);
 }

@@ -1,0 +1,104 @@
+//! The pipelines being served, by name: each validated pipeline with its actor. Pipelines
+//! are validated against the registered models after them; a declaration that does not
+//! fit is refused alone, with its reason, like a broken model.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use actix::{Actor, Addr, ArbiterHandle};
+
+use super::pipeline::PipelineActor;
+use super::registry::ModelTable;
+use super::Controller;
+use crate::events::EventBus;
+use crate::pipeline::{validate, Pipeline, PipelineDecl, PipelineError, StageModel};
+use crate::time::Clock;
+
+/// A pipeline being served.
+#[derive(Debug)]
+pub struct Served {
+    pub pipeline: Arc<Pipeline>,
+    /// Where its root requests go.
+    pub actor: Addr<PipelineActor>,
+}
+
+/// The pipelines being served, shared by the runtime and the API.
+#[derive(Clone, Debug, Default)]
+pub struct PipelineTable(Arc<RwLock<BTreeMap<String, Arc<Served>>>>);
+
+impl PipelineTable {
+    /// The pipeline of that name, if served.
+    pub fn get(&self, name: &str) -> Option<Arc<Served>> {
+        self.0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// Every pipeline served, by name.
+    pub fn all(&self) -> Vec<Arc<Served>> {
+        let table = self.0.read().unwrap_or_else(|e| e.into_inner());
+        table.values().cloned().collect()
+    }
+
+    fn insert(&self, served: Served) {
+        let mut table = self.0.write().unwrap_or_else(|e| e.into_inner());
+        table.insert(served.pipeline.name.clone(), Arc::new(served));
+    }
+
+    /// Stops serving `name` (a repository unload); whether it was served.
+    pub fn remove(&self, name: &str) -> bool {
+        let mut table = self.0.write().unwrap_or_else(|e| e.into_inner());
+        table.remove(name).is_some()
+    }
+}
+
+/// What starting a pipeline needs.
+#[derive(Clone)]
+pub struct PipelineHost {
+    pub models: ModelTable,
+    pub controller: Addr<Controller>,
+    pub clock: Clock,
+    pub events: EventBus,
+    /// Where its actors run.
+    pub arbiter: ArbiterHandle,
+    pub table: PipelineTable,
+}
+
+impl PipelineHost {
+    /// Validates `decl` against the registered models and serves it as `name`.
+    pub fn serve(&self, name: &str, decl: &PipelineDecl) -> Result<Arc<Pipeline>, PipelineError> {
+        if self.models.models().iter().any(|m| m.spec.name == name) {
+            return Err(PipelineError::NameTaken(name.to_owned()));
+        }
+        let models = self.models.models();
+        let pipeline = Arc::new(validate(name, decl, |model, version| {
+            let m = models.iter().find(|m| m.spec.name == model)?;
+            if version.is_some_and(|v| v != m.spec.version) {
+                return None;
+            }
+            Some(StageModel {
+                version: m.spec.version,
+                inputs: m.spec.inputs.clone(),
+                outputs: m.spec.outputs.clone(),
+                single: m.spec.profile.latency(1).unwrap_or(0),
+            })
+        })?);
+        let (p, controller, clock, events) = (
+            Arc::clone(&pipeline),
+            self.controller.clone(),
+            self.clock,
+            self.events.clone(),
+        );
+        let actor = PipelineActor::start_in_arbiter(&self.arbiter, move |ctx| {
+            PipelineActor::build(p, controller, clock, events, ctx)
+        });
+        self.table.insert(Served {
+            pipeline: Arc::clone(&pipeline),
+            actor,
+        });
+        tracing::info!(pipeline = %name, stages = pipeline.stages.len(), "pipeline served");
+        Ok(pipeline)
+    }
+}

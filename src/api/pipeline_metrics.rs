@@ -1,0 +1,90 @@
+//! The metrics of pipelines, from the pipeline actors' events: per pipeline, root
+//! requests by outcome and their end-to-end latency; per stage, its sub-requests'
+//! latency and how many requests one upstream result became (the fan-out).
+
+use prometheus::{exponential_buckets, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+
+use crate::events::{FanOut, PipelineAnswered, StageAnswered};
+
+/// The pipeline families of the server's registry.
+pub struct PipelineMetrics {
+    /// Root requests answered, by pipeline and outcome.
+    requests: IntCounterVec,
+    /// End-to-end latency of answered roots, by pipeline.
+    latency: HistogramVec,
+    /// Latency of a stage's sub-requests (submitted to answered), by pipeline and stage.
+    stage_latency: HistogramVec,
+    /// Requests one upstream result became, by pipeline and stage.
+    fan_out: HistogramVec,
+}
+
+impl PipelineMetrics {
+    /// Registers the families in `r`.
+    pub fn register(r: &Registry) -> prometheus::Result<Self> {
+        let seconds = exponential_buckets(1e-4, 2.0, 18)?;
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "clockwork_pipeline_requests",
+                "Pipeline root requests answered, by outcome",
+            ),
+            &["pipeline", "outcome"],
+        )?;
+        let latency = HistogramVec::new(
+            HistogramOpts::new(
+                "clockwork_pipeline_latency_seconds",
+                "End-to-end latency of pipeline root requests",
+            )
+            .buckets(seconds.clone()),
+            &["pipeline"],
+        )?;
+        let stage_latency = HistogramVec::new(
+            HistogramOpts::new(
+                "clockwork_pipeline_stage_latency_seconds",
+                "Latency of a pipeline stage's sub-requests, submitted to answered",
+            )
+            .buckets(seconds),
+            &["pipeline", "stage"],
+        )?;
+        let fan_out = HistogramVec::new(
+            HistogramOpts::new(
+                "clockwork_pipeline_fan_out",
+                "Requests to a stage that one upstream result became",
+            )
+            .buckets(vec![0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
+            &["pipeline", "stage"],
+        )?;
+        for family in [&latency, &stage_latency, &fan_out] {
+            r.register(Box::new(family.clone()))?;
+        }
+        r.register(Box::new(requests.clone()))?;
+        Ok(Self {
+            requests,
+            latency,
+            stage_latency,
+            fan_out,
+        })
+    }
+
+    pub fn answered(&self, e: &PipelineAnswered) {
+        let outcome = e.outcome.as_str();
+        self.requests
+            .with_label_values(&[&*e.pipeline, outcome])
+            .inc();
+        let seconds = e.answered.saturating_sub(e.arrival) as f64 / 1e9;
+        self.latency
+            .with_label_values(&[&*e.pipeline])
+            .observe(seconds);
+    }
+
+    pub fn stage(&self, e: &StageAnswered) {
+        self.stage_latency
+            .with_label_values(&[&*e.pipeline, &*e.stage])
+            .observe(e.latency as f64 / 1e9);
+    }
+
+    pub fn fan_out(&self, e: &FanOut) {
+        self.fan_out
+            .with_label_values(&[&*e.pipeline, &*e.stage])
+            .observe(e.count as f64);
+    }
+}

@@ -1,0 +1,180 @@
+//! Pipelines at the models' paths (`/v2/models/{pipeline}/...`): the model routes find a
+//! pipeline's name in the `PipelineTable` first and come here. Its requests go to its
+//! pipeline actor (`crate::actors::pipeline`) through the same body codec as a model's
+//! (`body.rs`); metadata describe it as a model of platform `ensemble`; `config` is
+//! Triton's ensemble form, so Triton's clients read it; `ready` is the models' (every
+//! stage model ready, `models.rs`).
+
+use std::collections::BTreeMap;
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde_json::{json, Value};
+
+use super::body::{decode_body, respond};
+use super::error::ApiError;
+use super::v2::Parameters;
+use super::ApiState;
+use crate::actors::messages::{Edge, InferError};
+use crate::actors::pipeline::RunPipeline;
+use crate::actors::pipeline_table::Served;
+use crate::model::{ModelProfile, ModelSpec};
+use crate::outcome::Outcome;
+use crate::pipeline::run::Failure;
+use crate::pipeline::{FanOut, Pipeline};
+use crate::scheduler::{ActionError, Refusal};
+
+/// What Triton's ensembles call the platform.
+pub const ENSEMBLE: &str = "ensemble";
+
+/// A pipeline described as a model is to the codec: its inputs, its outputs (joined
+/// ones with their leading dimension), its objective; version 1.
+pub fn pipeline_spec(p: &Pipeline) -> ModelSpec {
+    ModelSpec {
+        name: p.name.clone(),
+        inputs: p.inputs.clone(),
+        outputs: p.outputs.iter().map(|o| o.spec.clone()).collect(),
+        slo: p.slo,
+        profile: ModelProfile {
+            weight_bytes: 0,
+            load_latency: 0,
+            batches: Vec::new(),
+        },
+        batched: true,
+        version: 1,
+    }
+}
+
+pub(super) fn check_version(served: &Served, version: Option<&str>) -> Result<(), ApiError> {
+    match version {
+        None | Some("1") => Ok(()),
+        Some(other) => Err(ApiError::UnknownVersion {
+            model: served.pipeline.name.clone(),
+            version: other.to_owned(),
+            served: "1".to_owned(),
+        }),
+    }
+}
+
+/// `POST /v2/models/{pipeline}/infer`.
+pub(super) async fn infer(
+    state: &ApiState,
+    served: &Served,
+    version: Option<&str>,
+    request: &HttpRequest,
+    body: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    check_version(served, version)?;
+    let arrival = super::edge::arrival(request, &state.clock);
+    let limit = state.settings.max_body_bytes;
+    let bytes = body
+        .to_bytes_limited(limit)
+        .await
+        .map_err(|_| ApiError::PayloadTooLarge { limit })?
+        .map_err(|e| ApiError::InvalidBody(e.to_string()))?;
+    let spec = pipeline_spec(&served.pipeline);
+    let decoded = decode_body(&spec, request.headers(), bytes)?;
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    served.actor.do_send(RunPipeline {
+        inputs: decoded.inputs,
+        slo: decoded.slo,
+        edge: Some(Edge {
+            arrival,
+            reserve: 0,
+        }),
+        reply,
+    });
+    let answer = answer.await.map_err(|_| InferError::ShuttingDown)?;
+    let answer = answer.map_err(failure_error)?;
+    let slo = decoded.slo.unwrap_or(served.pipeline.slo);
+    let parameters = Parameters::from_iter([
+        ("emulated".to_owned(), Value::Bool(answer.emulated)),
+        ("late".to_owned(), Value::Bool(answer.late)),
+        ("slo_ms".to_owned(), (slo as f64 / 1e6).into()),
+        ("missing".to_owned(), json!(answer.missing)),
+    ]);
+    Ok(respond(
+        &spec,
+        decoded.request.id.clone(),
+        &answer.outputs,
+        &decoded.outputs,
+        decoded.batched,
+        parameters,
+    ))
+}
+
+/// A failed root as the API's one error type, by its outcome.
+fn failure_error(failure: Failure) -> ApiError {
+    let error = match failure.outcome {
+        Outcome::DeadlineUnreachable => InferError::Refused(Refusal::DeadlineUnreachable),
+        Outcome::TimedOut => InferError::Refused(Refusal::TimedOut),
+        Outcome::Withdrawn => InferError::Refused(Refusal::Withdrawn),
+        Outcome::ShuttingDown => InferError::ShuttingDown,
+        Outcome::BadInput => InferError::BadInput(failure.message),
+        _ => InferError::Failed(ActionError::Device(failure.message)),
+    };
+    ApiError::Infer(error)
+}
+
+/// `GET /v2/models/{pipeline}/config`: Triton's ensemble configuration; the fan-outs and
+/// the objective are in `parameters`.
+pub(super) fn config<T: serde::Serialize>(
+    served: &Served,
+    version: Option<&str>,
+    tensor: impl Fn(&crate::model::TensorSpec) -> T,
+) -> Result<Value, ApiError> {
+    check_version(served, version)?;
+    let p = &served.pipeline;
+    let spec = pipeline_spec(p);
+    let mut parameters = BTreeMap::from([
+        ("slo_ms".to_owned(), (p.slo as f64 / 1e6).to_string()),
+        ("partial_results".to_owned(), p.partial_results.to_string()),
+    ]);
+    let steps: Vec<Value> = p
+        .stages
+        .iter()
+        .map(|s| {
+            let fan_out = match &s.fan_out {
+                FanOut::One => None,
+                FanOut::Rows { tensor } => Some(format!("rows={tensor}")),
+                FanOut::Threshold { rows, score, min } => {
+                    Some(format!("rows={rows} score={score} min={min}"))
+                }
+            };
+            if let Some(f) = fan_out {
+                parameters.insert(format!("fan_out.{}", s.name), f);
+            }
+            if let Some(parent) = s.parent {
+                parameters.insert(format!("after.{}", s.name), p.stages[parent].name.clone());
+            }
+            let inputs: BTreeMap<&str, &str> = s
+                .inputs
+                .iter()
+                .map(|(m, t)| (m.as_str(), t.as_str()))
+                .collect();
+            let outputs: BTreeMap<&str, &str> = s
+                .outputs
+                .iter()
+                .map(|(m, t)| (m.as_str(), t.as_str()))
+                .collect();
+            json!({
+                "model_name": s.model,
+                "model_version": s.version,
+                "input_map": inputs,
+                "output_map": outputs,
+            })
+        })
+        .collect();
+    let parameters: BTreeMap<String, Value> = parameters
+        .into_iter()
+        .map(|(k, v)| (k, json!({ "string_value": v })))
+        .collect();
+    Ok(json!({
+        "name": p.name,
+        "platform": ENSEMBLE,
+        "max_batch_size": 1,
+        "input": spec.inputs.iter().map(&tensor).collect::<Vec<_>>(),
+        "output": spec.outputs.iter().map(&tensor).collect::<Vec<_>>(),
+        "ensemble_scheduling": { "step": steps },
+        "parameters": parameters,
+    }))
+}

@@ -1,0 +1,172 @@
+//! Admission: what happens to a request the moment it arrives. It is refused at once when
+//! nobody holds its model and a load could not finish in time, or when the queue ahead of
+//! it on the replicas that hold the model cannot drain in time; otherwise it waits in its
+//! model's queue for a batch.
+//!
+//! Refusing at arrival rather than when the request finally expires is what keeps
+//! refusals fast under overload: a request the plan cannot serve learns so in
+//! microseconds instead of after waiting most of its objective, and its client can go
+//! elsewhere while there is still time.
+
+use super::{ClockworkPolicy, ModelState, DEVICE};
+use crate::model::ModelId;
+use crate::scheduler::estimate::Estimator;
+use crate::scheduler::queue::Queued;
+use crate::scheduler::{Answer, Plan, Refusal, Request, Verdict};
+use crate::time::Nanos;
+
+/// Replicas the projection follows one by one; a model on more devices is not refused by
+/// projection (rare, and then its queue drains fast anyway).
+const MAX_PROJECTED: usize = 8;
+
+impl ClockworkPolicy {
+    /// Admits `request` at `now`: refuses it at once, or queues it.
+    pub(super) fn admit_request(&mut self, request: Request, now: Nanos, plan: &mut Plan) {
+        // The controller admits only models it added (see `Policy::admit`).
+        self.models[request.model.0 as usize].rate.record(now);
+        let model = &self.models[request.model.0 as usize];
+        let p = &self.params;
+        // Keep a buffer for estimate error, but never plan past the objective itself.
+        let window = request
+            .slo
+            .saturating_sub(p.buffer)
+            .max(request.slo.min(p.schedule_ahead + p.buffer));
+        let deadline = request.arrival.saturating_add(window);
+        let single = model.exec.iter().map(|k| k[0].get()).max().unwrap_or(0);
+        let cold = model.ready_on.is_empty() && model.loading == 0;
+        let load = model.load.iter().map(Estimator::get).min().unwrap_or(0);
+        let hopeless = now + p.lanes.expected_lag + load + single > deadline;
+        // Device time it needs over the load budget; at least 1 so that a model that takes
+        // no time still counts as wanted.
+        let demand = (single.saturating_mul(DEVICE) / p.load_budget).max(1);
+        if p.early_drop && cold && hopeless {
+            // Nobody holds the model and a load could not finish in time: say so now, and
+            // remember the miss so that the model gets loaded for the next requests.
+            self.models[request.model.0 as usize].missed += demand;
+            self.rerank(request.model);
+            refuse(plan, request, Refusal::DeadlineUnreachable);
+            return;
+        }
+        if p.early_drop && !self.can_drain_in_time(request.model, now, deadline) {
+            refuse(plan, request, Refusal::DeadlineUnreachable);
+            return;
+        }
+        let item = Queued {
+            id: request.id,
+            deadline,
+            due: request.deadline(),
+            demand,
+        };
+        // Enqueueing re-ranks the model, with its new rate.
+        self.enqueue(request.model, item);
+    }
+
+    /// Whether a request of `model` with internal `deadline`, queued now behind the
+    /// requests due before it, could finish in time on the replicas that hold the model,
+    /// with the estimates the plan uses. Before answering no on estimates a slow spell
+    /// left behind, they go back to their seeds (see `refresh_estimates`).
+    fn can_drain_in_time(&mut self, model: ModelId, now: Nanos, deadline: Nanos) -> bool {
+        match self.projected_finish(model, now, deadline) {
+            Some(finish) if finish > deadline => {
+                self.refresh_estimates(model, now)
+                    && self
+                        .projected_finish(model, now, deadline)
+                        .is_none_or(|f| f <= deadline)
+            }
+            _ => true,
+        }
+    }
+
+    /// When a request with internal `deadline` arriving at `now` would finish if the
+    /// model's replicas drained the queue ahead of it (the requests due no later, less
+    /// those about to expire) in the most efficient batches the queue fills, each replica
+    /// taking the next batch when its planned work ends (or its load). `None`: no
+    /// projection (no replica ready or loading, so the load rules decide; or too many to
+    /// follow).
+    ///
+    /// Work of other models still to be planned is not counted: the projection is
+    /// optimistic for a device shared by busy models, so the plan still refuses what
+    /// turns out hopeless later, as it always did.
+    pub(super) fn projected_finish(
+        &self,
+        model: ModelId,
+        now: Nanos,
+        deadline: Nanos,
+    ) -> Option<Nanos> {
+        let m = &self.models[model.0 as usize];
+        let lanes = self.params.lanes;
+        let mut free = [(0, 0); MAX_PROJECTED];
+        let mut replicas = 0;
+        // Replicas being loaded count from when their load lane is done (an upper bound
+        // on when the weights are ready); scanning the devices for them is needed only
+        // while a load is in flight.
+        let loading = (m.loading > 0).then(|| {
+            self.devices
+                .iter()
+                .filter(|d| d.residents.get(&model).is_some_and(|r| !r.ready))
+        });
+        let ready = m.ready_on.iter().map(|d| &self.devices[d.0 as usize]);
+        for device in ready.chain(loading.into_iter().flatten()) {
+            if device.suspect {
+                continue;
+            }
+            if replicas == MAX_PROJECTED {
+                return None;
+            }
+            let mut at = device.exec.free_at(now, lanes);
+            if !device.is_ready(model) {
+                at = at.max(device.load.free_at(now, lanes));
+            }
+            free[replicas] = (at, device.kind);
+            replicas += 1;
+        }
+        let free = &mut free[..replicas];
+        let soonest = free.iter().map(|f| f.0).min()?;
+        let expiring = m
+            .queue
+            .count_before(soonest.saturating_add(self.best_single(model)));
+        let ahead = m.queue.count_before(deadline.saturating_add(1));
+        let mut remaining = ahead.saturating_sub(expiring) + 1;
+        loop {
+            let next = free.iter_mut().min_by_key(|f| f.0)?;
+            if next.0 > deadline {
+                return Some(next.0);
+            }
+            let (size, est) = efficient_batch(m, next.1, remaining, self.params.max_exec_time);
+            next.0 = next.0.saturating_add(est);
+            if remaining <= size {
+                return Some(next.0);
+            }
+            remaining -= size;
+        }
+    }
+}
+
+/// The allowed batch of at most `items` requests that serves the most per unit of device
+/// time on device kind `kind` (within `max_exec_time` above batch 1): (size, estimate).
+fn efficient_batch(
+    m: &ModelState,
+    kind: usize,
+    items: usize,
+    max_exec_time: Nanos,
+) -> (usize, Nanos) {
+    let mut best = (1, m.exec[kind][0].get());
+    for (b, &size) in m.batches.iter().enumerate().skip(1) {
+        let est = m.exec[kind][b].get();
+        if size as usize > items || est > max_exec_time {
+            break;
+        }
+        // size / est > best.0 / best.1, without division.
+        if u128::from(size) * u128::from(best.1) >= best.0 as u128 * u128::from(est) {
+            best = (size as usize, est);
+        }
+    }
+    best
+}
+
+fn refuse(plan: &mut Plan, request: Request, refusal: Refusal) {
+    plan.answers.push(Answer {
+        request: request.id,
+        verdict: Verdict::Refused(refusal),
+    });
+}
