@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use std::time::Duration;
 
 use clockwork::config::Config;
+use clockwork::simulate::pipelines::{BuiltinPipeline, EmulatedFanOut, PipelineArgs};
 use clockwork::simulate::SimulateArgs;
 use clockwork::time::nanos;
 use clockwork::workload::{WorkloadKind, WorkloadParams};
@@ -81,6 +82,9 @@ struct LoadgenCli {
     /// Base URL of the server.
     #[arg(long, default_value = "http://127.0.0.1:8000")]
     url: String,
+    /// Models or pipelines to send to, comma separated (default: every ready one).
+    #[arg(long, value_delimiter = ',')]
+    model: Vec<String>,
     /// poisson, fixed, closed, bursty, ramp, maf-synth, or maf:DIR.
     #[arg(long, default_value = "poisson")]
     workload: WorkloadKind,
@@ -176,6 +180,21 @@ struct SimulateCli {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Send root requests to a built-in emulated pipeline instead of models: traffic
+    /// (detector, then car and person classifiers) or cascade (cheap classifier, expensive
+    /// one when unsure). --slo-ms is then the end-to-end objective; --models and
+    /// --model-profile are ignored.
+    #[arg(long)]
+    pipeline: Option<BuiltinPipeline>,
+    /// traffic: mean number of cars (and of people) per frame.
+    #[arg(long, default_value_t = 2.0)]
+    fanout_mean: f64,
+    /// traffic: variance of that number (above the mean: burstier than Poisson).
+    #[arg(long, default_value_t = 3.0)]
+    fanout_var: f64,
+    /// cascade: fraction of images the expensive model also runs on.
+    #[arg(long, default_value_t = 0.3)]
+    escalate: f64,
 }
 
 fn main() -> ExitCode {
@@ -213,8 +232,17 @@ fn serve(path: PathBuf, listen: Option<String>) -> anyhow::Result<()> {
 
 fn simulate(cli: SimulateCli) -> anyhow::Result<()> {
     let ms = |v: f64| (v * 1e6).round() as u64;
+    let pipeline = cli.pipeline.map(|which| PipelineArgs {
+        which,
+        fan_out: EmulatedFanOut {
+            mean: cli.fanout_mean,
+            variance: cli.fanout_var,
+        },
+        escalate: cli.escalate,
+    });
     let params = WorkloadParams {
-        models: cli.models,
+        // A pipeline run sends to one pipeline.
+        models: if pipeline.is_some() { 1 } else { cli.models },
         rate: cli.rate,
         duration: nanos(cli.duration),
         slo: ms(cli.slo_ms),
@@ -237,6 +265,7 @@ fn simulate(cli: SimulateCli) -> anyhow::Result<()> {
         out: cli.out,
         command: std::env::args().collect::<Vec<_>>().join(" "),
         progress: !cli.quiet,
+        pipeline,
     };
     let report = clockwork::simulate::run(&args)?;
     print!("{}", clockwork::report::markdown(&report));
@@ -256,6 +285,7 @@ fn loadgen(cli: LoadgenCli) -> anyhow::Result<()> {
     };
     let args = clockwork::loadgen::LoadgenArgs {
         url: cli.url,
+        models: cli.model,
         workload: cli.workload,
         params,
         clients: cli.clients,

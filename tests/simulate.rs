@@ -37,6 +37,7 @@ fn args(out: PathBuf) -> SimulateArgs {
         out,
         command: "test".into(),
         progress: false,
+        pipeline: None,
     }
 }
 

@@ -19,15 +19,17 @@ pub struct DeviceProfile {
     pub speed: f64,
 }
 
+/// Weight copy rate of a V100: Clockwork copied ResNet50's 102 MB in 8.31 ms.
+const V100_LOAD_BYTES_PER_S: f64 = 102e6 / 8.31e-3;
+
 /// Looks up a built-in device profile by name.
 pub fn device(name: &str) -> Option<DeviceProfile> {
     match name {
-        // Clockwork: a 32 GB V100 gave 1376 pages of 16 MiB to weights; ResNet50's 102 MB
-        // took 8.31 ms to copy.
+        // Clockwork: a 32 GB V100 gave 1376 pages of 16 MiB to weights.
         "v100" => Some(DeviceProfile {
             kind: "v100",
             pages: 1376,
-            load_bytes_per_s: 102e6 / 8.31e-3,
+            load_bytes_per_s: V100_LOAD_BYTES_PER_S,
             speed: 1.0,
         }),
         _ => None,
@@ -38,7 +40,21 @@ pub fn device(name: &str) -> Option<DeviceProfile> {
 pub const DEVICES: &[&str] = &["v100"];
 
 /// Names of the built-in model profiles.
-pub const MODELS: &[&str] = &["resnet50", "mlp-small", "zero"];
+pub const MODELS: &[&str] = &[
+    "resnet50",
+    "mlp-small",
+    "zero",
+    "traffic-detector",
+    "car-classifier",
+    "person-classifier",
+    "cheap-classifier",
+    "expensive-classifier",
+];
+
+/// Side of the square crops the emulated detector hands to its classifiers. Nominal: an
+/// emulated model's time comes from its profile, and a small crop keeps the simulator's
+/// per-request copies cheap.
+pub const CROP: i64 = 32;
 
 fn batches(latencies: &[(u32, Nanos)]) -> Vec<BatchLatency> {
     latencies
@@ -52,6 +68,25 @@ fn tensor(name: &str, shape: &[i64]) -> TensorSpec {
         name: name.into(),
         datatype: DataType::Fp32,
         shape: shape.to_vec(),
+    }
+}
+
+/// A V100 profile of batches 1, 2, 4, 8 and 16 (`latencies_us`, microseconds) for weights
+/// of `weight_bytes`, loaded at the rate of the `v100` device profile.
+fn cnn(weight_bytes: u64, latencies_us: &[f64; 5]) -> ModelProfile {
+    let us = |v: f64| (v * US as f64) as Nanos;
+    let sizes = [1, 2, 4, 8, 16];
+    ModelProfile {
+        weight_bytes,
+        load_latency: (weight_bytes as f64 / V100_LOAD_BYTES_PER_S * 1e9) as Nanos,
+        batches: sizes
+            .iter()
+            .zip(latencies_us)
+            .map(|(&batch, &t)| BatchLatency {
+                batch,
+                latency: us(t),
+            })
+            .collect(),
     }
 }
 
@@ -90,6 +125,44 @@ pub fn model(profile: &str, name: &str, slo: Nanos) -> Option<ModelSpec> {
                 ]),
             },
         ),
+        // The emulated pipelines' models (`simulate::pipelines`). Latencies are shaped after
+        // published V100 figures of similar networks (an SSD-style detector, GoogLeNet,
+        // ResNet-18/50/152), rounded; they are not measurements of this project.
+        "traffic-detector" => (
+            vec![tensor("image", &[3, 300, 300])],
+            // One row per detected object; emulated devices answer one row.
+            vec![
+                tensor("cars", &[-1, 3, CROP, CROP]),
+                tensor("people", &[-1, 3, CROP, CROP]),
+            ],
+            cnn(120_000_000, &[6000.0, 8500.0, 13000.0, 22000.0, 40000.0]),
+        ),
+        "car-classifier" => (
+            vec![tensor("crop", &[3, CROP, CROP])],
+            vec![tensor("make", &[200])],
+            cnn(28_000_000, &[1600.0, 2000.0, 2800.0, 4400.0, 7600.0]),
+        ),
+        "person-classifier" => (
+            vec![tensor("crop", &[3, CROP, CROP])],
+            vec![tensor("identity", &[128])],
+            cnn(102_000_000, &[2730.0, 4050.0, 5880.0, 9930.0, 17330.0]),
+        ),
+        // A conditional cascade: the cheap model answers and says how unsure it is; the
+        // image is handed on (one row) for the expensive model when it is.
+        "cheap-classifier" => (
+            vec![tensor("image", &[3, 224, 224])],
+            vec![
+                tensor("probs", &[1000]),
+                tensor("doubt", &[1]),
+                tensor("escalate", &[1, 3, 224, 224]),
+            ],
+            cnn(47_000_000, &[1200.0, 1700.0, 2600.0, 4300.0, 7900.0]),
+        ),
+        "expensive-classifier" => (
+            vec![tensor("image", &[3, 224, 224])],
+            vec![tensor("probs", &[1000])],
+            cnn(240_000_000, &[7500.0, 10500.0, 16000.0, 27000.0, 50000.0]),
+        ),
         // Takes no time at all: isolates the runtime's own overhead in benchmarks.
         "zero" => (
             vec![tensor("input", &[4])],
@@ -126,6 +199,18 @@ mod tests {
         let v100 = device("v100").unwrap();
         let load_s = spec.profile.weight_bytes as f64 / v100.load_bytes_per_s;
         assert!((load_s - 8.31e-3).abs() < 1e-6);
+    }
+
+    #[test]
+    fn pipeline_profiles_load_at_the_v100_rate_and_grow_with_the_batch() {
+        let spec = model("person-classifier", "p", MS).unwrap();
+        let resnet = model("resnet50", "r", MS).unwrap();
+        assert_eq!(spec.profile.batches, resnet.profile.batches);
+        assert!((spec.profile.load_latency as f64 - 8.31e6).abs() < 1e3);
+        for name in MODELS {
+            let b = model(name, name, MS).unwrap().profile.batches;
+            assert!(b.windows(2).all(|w| w[0].latency <= w[1].latency), "{name}");
+        }
     }
 
     #[test]

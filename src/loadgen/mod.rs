@@ -5,7 +5,8 @@
 //! Open-loop kinds (`poisson`, `fixed`, `bursty`, `ramp`, `maf...`) send each arrival at
 //! its time whatever the server does; `closed` keeps `clients` requests in flight, each
 //! client sending its next request `think` after its previous answer. Workload model `k`
-//! is the server's `k`-th ready model (repository index order). Device-side numbers of the
+//! is the `k`-th model named with `--model`, or else the server's `k`-th ready model
+//! (repository index order); a pipeline is sent to like a model. Device-side numbers of the
 //! report (loads, batches, prediction error) are not visible to a client and stay zero;
 //! the server's `/metrics` has them.
 
@@ -31,6 +32,9 @@ use crate::workload::{self, Arrival, ClosedLoop, WorkloadKind, WorkloadParams};
 pub struct LoadgenArgs {
     /// Base URL of the server, e.g. `http://127.0.0.1:8000`.
     pub url: String,
+    /// The models (or pipelines) to send to, workload model `k` being the `k`-th; empty:
+    /// every ready one, in repository index order.
+    pub models: Vec<String>,
     pub workload: WorkloadKind,
     /// Workload parameters; `models` is set from the server's ready models.
     pub params: WorkloadParams,
@@ -54,6 +58,8 @@ pub enum LoadgenError {
     Client(#[from] ClientError),
     #[error("the server at {0} has no ready model")]
     NoModels(String),
+    #[error("'{0}' is not a ready model or pipeline of the server (ready: {1})")]
+    NotReady(String, String),
     #[error(transparent)]
     Workload(#[from] workload::WorkloadError),
     #[error(transparent)]
@@ -117,10 +123,18 @@ async fn one(sender: Sender, arrival: Arrival) {
 pub async fn run(args: LoadgenArgs) -> Result<Report, LoadgenError> {
     let http = Rc::new(client(args.timeout));
     let base = args.url.trim_end_matches('/').to_owned();
-    let names = ready_models(&http, &base).await?;
-    if names.is_empty() {
+    let ready = ready_models(&http, &base).await?;
+    if ready.is_empty() {
         return Err(LoadgenError::NoModels(base));
     }
+    if let Some(missing) = args.models.iter().find(|m| !ready.contains(m)) {
+        return Err(LoadgenError::NotReady(missing.clone(), ready.join(", ")));
+    }
+    let names = if args.models.is_empty() {
+        ready
+    } else {
+        args.models.clone()
+    };
     let mut requests = Vec::new();
     for name in &names {
         requests.push(prepare(&http, &base, name).await?);
@@ -157,7 +171,7 @@ pub async fn run(args: LoadgenArgs) -> Result<Report, LoadgenError> {
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    let report = finish(&sender, &args, &params, base, names.len());
+    let report = finish(&sender, &args, &params, base, &names);
     crate::report::write_all(&args.out, &report)?;
     Ok(report)
 }
@@ -217,7 +231,7 @@ fn finish(
     args: &LoadgenArgs,
     params: &WorkloadParams,
     base: String,
-    models: usize,
+    models: &[String],
 ) -> Report {
     let wall_s = sender.start.elapsed().as_secs_f64();
     let empty = Recorder::new(1, 1, 1);
@@ -226,7 +240,7 @@ fn finish(
     let setup = BTreeMap::from([
         ("url".to_owned(), base),
         ("workload".to_owned(), args.workload.to_string()),
-        ("models".to_owned(), models.to_string()),
+        ("models".to_owned(), models.join(", ")),
         ("rate".to_owned(), params.rate.to_string()),
         (
             "duration_s".to_owned(),

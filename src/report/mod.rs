@@ -4,13 +4,16 @@
 //! write the same report, so a simulated run and a real one can be compared line by line.
 //! A [`Recorder`] is fed one call per request and per action; [`Recorder::finish`] makes a
 //! [`PolicyReport`]; [`Report`] holds one per policy and writes `report.json`, `report.md`
-//! and the SVG plots.
+//! and the SVG plots. A run that drives a pipeline also feeds it each stage's fan-outs and
+//! answers (`stages.rs`), and its request figures are those of the root requests.
 
 mod plots;
 mod recorder;
+mod stages;
 mod write;
 
 pub use recorder::{Answered, Recorder};
+pub use stages::{FanOutStats, PipelineReport, StageOutline, StageReport};
 
 use std::collections::BTreeMap;
 
@@ -94,6 +97,10 @@ pub struct PolicyReport {
     pub latency_cdf: Vec<(f64, f64)>,
     /// Device activity in a short window of the run.
     pub timeline: Vec<TimelineSpan>,
+    /// The stages of the pipeline the run drove, if it drove one; the figures above are
+    /// then those of its root requests (end to end).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<PipelineReport>,
 }
 
 /// The whole report: how the run was made and one entry per policy.

@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 
-use super::{ms, LatencyMs, PolicyReport, PredictionErrorMs, TimePoint, TimelineSpan};
+use super::stages::{latency_histogram, percentiles, StageOutline, StageTally};
+use super::{ms, PolicyReport, PredictionErrorMs, TimePoint, TimelineSpan};
 use crate::events::ActionDone;
 use crate::outcome::{Class, Outcome};
 use crate::protocol::ActionTag;
@@ -54,6 +55,8 @@ pub struct Recorder {
     /// Execution time per device.
     busy: Vec<Nanos>,
     duration: Nanos,
+    /// The stages of the pipeline whose root requests this run sends, if it sends any.
+    stages: Option<StageTally>,
 }
 
 impl Recorder {
@@ -70,9 +73,7 @@ impl Recorder {
             late: 0,
             not_ok: BTreeMap::new(),
             unrecognised: BTreeMap::new(),
-            // 1 us to an hour at 3 significant digits; longer latencies saturate.
-            latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3)
-                .unwrap_or_else(|_| unreachable!("constant, valid bounds")),
+            latency_us: latency_histogram(),
             prediction_error: Vec::new(),
             batches: 0,
             batched: 0,
@@ -82,6 +83,30 @@ impl Recorder {
             action_errors: BTreeMap::new(),
             busy: Vec::new(),
             duration,
+            stages: None,
+        }
+    }
+
+    /// This run's requests are root requests of `pipeline`, whose end-to-end objective is
+    /// `slo`: its stages are reported too, fed by [`Recorder::fan_out`] and
+    /// [`Recorder::stage_answered`].
+    pub fn pipeline(&mut self, pipeline: &str, slo: Nanos, stages: Vec<StageOutline>) {
+        self.stages = Some(StageTally::new(pipeline, slo, stages));
+    }
+
+    /// An answer of `stage`'s parent made `count` requests of `stage` (zero counts too).
+    /// Ignored in a run that declared no pipeline.
+    pub fn fan_out(&mut self, stage: &str, count: u32) {
+        if let Some(stages) = &mut self.stages {
+            stages.fan_out(stage, count);
+        }
+    }
+
+    /// A request of `stage` was answered `latency` after it was submitted.
+    /// Ignored in a run that declared no pipeline.
+    pub fn stage_answered(&mut self, stage: &str, latency: Nanos, outcome: Outcome) {
+        if let Some(stages) = &mut self.stages {
+            stages.answered(stage, latency, outcome);
         }
     }
 
@@ -182,7 +207,7 @@ impl Recorder {
             failed,
             errors,
             goodput: ratio(self.ok_in_slo, offered),
-            latency_ms: self.latency(),
+            latency_ms: percentiles(&self.latency_us),
             cold_loads: self.loads,
             action_errors: self.action_errors.clone(),
             evictions: self.unloads,
@@ -198,21 +223,7 @@ impl Recorder {
             goodput_over_time: self.goodput_over_time(),
             latency_cdf: self.cdf(),
             timeline: self.timeline,
-        }
-    }
-
-    fn latency(&self) -> LatencyMs {
-        let h = &self.latency_us;
-        if h.is_empty() {
-            return LatencyMs::default();
-        }
-        let at = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
-        LatencyMs {
-            p50: at(0.5),
-            p99: at(0.99),
-            p999: at(0.999),
-            p9999: at(0.9999),
-            max: h.max() as f64 / 1e3,
+            pipeline: self.stages.as_ref().map(StageTally::finish),
         }
     }
 

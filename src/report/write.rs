@@ -91,6 +91,113 @@ pub fn markdown(report: &Report) -> String {
             let _ = writeln!(md, "- {}: {}", p.policy, errors.join(", "));
         }
     }
+    pipeline_tables(&mut md, report);
     md.push_str("\nPlots: `latency_cdf.svg`, `goodput.svg`, `timeline_<policy>.svg`.\n");
     md
+}
+
+/// The stages of each policy's pipeline run, if the runs drove a pipeline.
+fn pipeline_tables(md: &mut String, report: &Report) {
+    let runs: Vec<_> = report
+        .policies
+        .iter()
+        .filter_map(|p| Some((&p.policy, p.pipeline.as_ref()?)))
+        .collect();
+    let Some((_, first)) = runs.first() else {
+        return;
+    };
+    let _ = writeln!(
+        md,
+        "\nPipeline `{}`, end-to-end objective {} ms: the table above counts its root \
+         requests (goodput: answered within the end-to-end objective / offered; latencies \
+         end to end; late: roots answered after it). Its stages (fan-out: requests per \
+         answer of the parent; latency: from the stage request's submission to its answer):\n",
+        first.pipeline, first.slo_ms
+    );
+    md.push_str(
+        "| policy | stage | model | requests | in time | late | not ok | fan-out mean | fan-out p99 | fan-out max | p50 ms | p99 ms | p99.9 ms |\n",
+    );
+    md.push_str("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (policy, pipeline) in runs {
+        for s in &pipeline.stages {
+            let fan_out = match &s.fan_out {
+                Some(f) => format!("{:.2} | {} | {}", f.mean, f.p99, f.max),
+                None => "- | - | -".to_owned(),
+            };
+            let l = &s.latency_ms;
+            let _ = writeln!(
+                md,
+                "| {policy} | {} | {} | {} | {} | {} | {} | {fan_out} | {:.2} | {:.2} | {:.2} |",
+                s.stage,
+                s.model,
+                s.requests,
+                s.ok_in_slo,
+                s.late,
+                s.not_ok.values().sum::<u64>(),
+                l.p50,
+                l.p99,
+                l.p999
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::outcome::Outcome;
+    use crate::report::{Recorder, StageOutline};
+    use crate::time::MS;
+
+    #[test]
+    fn a_pipeline_run_gets_its_stage_table_and_others_none() {
+        let mut recorder = Recorder::new(1_000 * MS, 10, 10 * MS);
+        let stage = |name: &str, fanned| StageOutline {
+            stage: name.into(),
+            model: format!("{name}-model"),
+            fanned,
+        };
+        recorder.pipeline(
+            "traffic",
+            250 * MS,
+            vec![stage("detect", false), stage("cars", true)],
+        );
+        recorder.fan_out("cars", 4);
+        recorder.stage_answered("cars", 3 * MS, Outcome::Ok);
+        let plain = Recorder::new(1_000 * MS, 10, 10 * MS).finish("plain", 1.0);
+        let report = Report {
+            command: "test".into(),
+            setup: BTreeMap::new(),
+            policies: vec![recorder.finish("clockwork", 1.0), plain.clone()],
+        };
+        let md = markdown(&report);
+        assert!(
+            md.contains("Pipeline `traffic`, end-to-end objective 250 ms"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| clockwork | cars | cars-model | 1 | 1 | 0 | 0 | 4.00 | 4 | 4 | 3.00 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| clockwork | detect | detect-model | 0 | 0 | 0 | 0 | - | - | - |"),
+            "{md}"
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            json["policies"][0]["pipeline"]["stages"][1]["fan_out"]["max"],
+            4
+        );
+        assert!(
+            json["policies"][1].get("pipeline").is_none(),
+            "absent, not null"
+        );
+        let only_plain = Report {
+            policies: vec![plain],
+            ..report
+        };
+        assert!(!markdown(&only_plain).contains("Pipeline"));
+    }
 }

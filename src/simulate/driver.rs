@@ -1,6 +1,10 @@
 //! One policy's run: a virtual-time actor system, the workload driver and the recorder.
+//! The driver sends each arrival to a model through the controller, or, in a pipeline
+//! run, as a root request to the pipeline actor.
 
 use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -8,13 +12,17 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::listener::Listener;
+use super::pipelines::PipelineArgs;
 use super::{SimulateArgs, SimulateError};
 use crate::actors::messages::Submit;
-use crate::actors::{Controller, RuntimeBuilder};
+use crate::actors::pipeline::{PipelineActor, RunPipeline};
+use crate::actors::{Controller, Runtime, RuntimeBuilder};
 use crate::config::Config;
 use crate::events::Event;
+use crate::model::TensorSpec;
 use crate::outcome::Outcome;
-use crate::report::{Answered, PolicyReport, Recorder};
+use crate::pipeline::{validate, FanOut, Pipeline, PipelineFile, StageModel};
+use crate::report::{Answered, PolicyReport, Recorder, StageOutline};
 use crate::tensor::Tensor;
 use crate::time::{virtual_system, Clock, Nanos, MS};
 use crate::workload::{self, Arrival, ClosedLoop, WorkloadKind};
@@ -24,14 +32,24 @@ const BUCKETS: u64 = 120;
 /// Length of the device timeline excerpt.
 const TIMELINE: Nanos = 200 * MS;
 
+/// Where the driver's requests go.
+#[derive(Clone)]
+enum Target {
+    /// Workload model `k` is the `k`-th of these, through the controller.
+    Models(Rc<Vec<String>>, actix::Addr<Controller>),
+    /// Every arrival is a root request of this pipeline.
+    Pipeline(actix::Addr<PipelineActor>),
+}
+
+/// An answer still to come, as the report counts it.
+type Answer = Pin<Box<dyn Future<Output = Outcome>>>;
+
 /// What every request task needs.
 #[derive(Clone)]
 struct Sender {
     clock: Clock,
-    controller: actix::Addr<Controller>,
-    /// Model names, by index.
-    names: Rc<Vec<String>>,
-    /// One item of the model's inputs, shared by every request.
+    target: Target,
+    /// One item of the model's (or pipeline's) inputs, shared by every request.
     inputs: Arc<Vec<Tensor>>,
     default_slo: Nanos,
     recorder: Rc<RefCell<Recorder>>,
@@ -43,32 +61,130 @@ impl Sender {
     /// Sends one request now (the message is in the controller's mailbox when this
     /// returns, so nothing sent later can overtake it) and returns the future that records
     /// its answer.
-    fn request(&self, arrival: Arrival) -> impl std::future::Future<Output = ()> + 'static {
+    fn request(&self, arrival: Arrival) -> impl Future<Output = ()> + 'static {
         self.recorder.borrow_mut().offered(arrival.at);
         self.outstanding.set(self.outstanding.get() + 1);
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        self.controller.do_send(Submit {
-            model: self.names[arrival.model as usize].clone(),
-            inputs: Arc::clone(&self.inputs),
-            slo: Some(arrival.slo.unwrap_or(self.default_slo)),
-            edge: None,
-            root: None,
-            reply,
-        });
+        let answer = self.send(arrival.model, Some(arrival.slo.unwrap_or(self.default_slo)));
         let this = self.clone();
         async move {
-            let how = match answer.await {
-                Ok(Ok(ok)) if ok.late => Answered::Known(Outcome::Late),
-                Ok(Ok(_)) => Answered::Known(Outcome::Ok),
-                Ok(Err(error)) => Answered::Known(error.kind()),
-                // The controller stopped before answering: count it as refused.
-                Err(_) => Answered::Known(Outcome::ShuttingDown),
-            };
+            let how = Answered::Known(answer.await);
             let now = this.clock.now();
             this.recorder.borrow_mut().answered(arrival.at, now, how);
             this.outstanding.set(this.outstanding.get() - 1);
         }
     }
+
+    /// Sends workload model `model`'s request now.
+    fn send(&self, model: u32, slo: Option<Nanos>) -> Answer {
+        // An answer channel dropped unanswered means the runtime stopped first: counted
+        // as refused for shutting down.
+        let stopped = Outcome::ShuttingDown;
+        match &self.target {
+            Target::Models(names, controller) => {
+                let (reply, answer) = tokio::sync::oneshot::channel();
+                controller.do_send(Submit {
+                    model: names[model as usize].clone(),
+                    inputs: Arc::clone(&self.inputs),
+                    slo,
+                    edge: None,
+                    root: None,
+                    reply,
+                });
+                Box::pin(async move {
+                    match answer.await {
+                        Ok(Ok(ok)) if ok.late => Outcome::Late,
+                        Ok(Ok(_)) => Outcome::Ok,
+                        Ok(Err(error)) => error.kind(),
+                        Err(_) => stopped,
+                    }
+                })
+            }
+            Target::Pipeline(pipeline) => {
+                let (reply, answer) = tokio::sync::oneshot::channel();
+                pipeline.do_send(RunPipeline {
+                    inputs: self.inputs.to_vec(),
+                    slo,
+                    edge: None,
+                    reply,
+                });
+                Box::pin(async move {
+                    match answer.await {
+                        Ok(Ok(ok)) if ok.late => Outcome::Late,
+                        Ok(Ok(_)) => Outcome::Ok,
+                        Ok(Err(failure)) => failure.outcome,
+                        Err(_) => stopped,
+                    }
+                })
+            }
+        }
+    }
+}
+
+/// Zero-filled inputs of one item of these tensors (variable dimensions taken as 1).
+fn zero_inputs(specs: &[TensorSpec]) -> Vec<Tensor> {
+    specs
+        .iter()
+        .map(|t| {
+            let shape: Vec<usize> = t
+                .shape
+                .iter()
+                .map(|&d| usize::try_from(d).unwrap_or(1))
+                .collect();
+            let bytes = shape.iter().product::<usize>() * t.datatype.size().unwrap_or(1);
+            Tensor {
+                name: t.name.clone(),
+                datatype: t.datatype,
+                shape,
+                data: vec![0u8; bytes].into(),
+            }
+        })
+        .collect()
+}
+
+/// Checks the built-in pipeline's declaration against the registered stage models and
+/// starts its actors, as a repository pipeline is served.
+fn launch(
+    args: &PipelineArgs,
+    slo: Nanos,
+    runtime: &Runtime,
+) -> Result<(Arc<Pipeline>, actix::Addr<PipelineActor>), SimulateError> {
+    let name = args.which.to_string();
+    let bad = |why: String| SimulateError::Pipeline(name.clone(), why);
+    let file = PipelineFile::parse(&args.declaration(slo)).map_err(bad)?;
+    let lookup = |model: &str, version: Option<u64>| {
+        let spec = runtime
+            .models
+            .iter()
+            .find(|m| m.name == model && version.is_none_or(|v| v == m.version))?;
+        Some(StageModel {
+            version: spec.version,
+            inputs: spec.inputs.clone(),
+            outputs: spec.outputs.clone(),
+            single: spec.profile.latency(1)?,
+        })
+    };
+    let pipeline = validate(&name, &file.pipeline, lookup).map_err(|e| bad(e.to_string()))?;
+    let pipeline = Arc::new(pipeline);
+    let actor = PipelineActor::launch(
+        Arc::clone(&pipeline),
+        runtime.controller.clone(),
+        runtime.clock,
+        runtime.events.clone(),
+    );
+    Ok((pipeline, actor))
+}
+
+/// The stages of a pipeline as the report names them.
+fn outlines(pipeline: &Pipeline) -> Vec<StageOutline> {
+    pipeline
+        .stages
+        .iter()
+        .map(|s| StageOutline {
+            stage: s.name.clone(),
+            model: s.model.clone(),
+            fanned: s.fan_out != FanOut::One,
+        })
+        .collect()
 }
 
 fn progress(args: &SimulateArgs, policy: &str) -> ProgressBar {
@@ -111,36 +227,36 @@ async fn simulate(
     )));
     let listener = {
         let recorder = Rc::clone(&recorder);
-        Listener::spawn(runtime.events.subscribe(), move |event| {
-            // Pipelines' events are the pipeline simulator's.
-            if let Event::ActionDone(done) = event {
-                recorder.borrow_mut().action(&done);
+        Listener::spawn(runtime.events.subscribe(), move |event| match event {
+            Event::ActionDone(done) => recorder.borrow_mut().action(&done),
+            Event::FanOut(f) => {
+                let count = u32::try_from(f.count).unwrap_or(u32::MAX);
+                recorder.borrow_mut().fan_out(&f.stage, count)
             }
+            Event::StageAnswered(a) => recorder
+                .borrow_mut()
+                .stage_answered(&a.stage, a.latency, a.outcome),
+            _ => {}
         })
     };
-    let spec = &runtime.models[0];
-    let inputs = spec
-        .inputs
-        .iter()
-        .map(|t| {
-            let shape: Vec<usize> = t
-                .shape
-                .iter()
-                .map(|&d| usize::try_from(d).unwrap_or(1))
-                .collect();
-            let bytes = shape.iter().product::<usize>() * t.datatype.size().unwrap_or(1);
-            Tensor {
-                name: t.name.clone(),
-                datatype: t.datatype,
-                shape,
-                data: vec![0u8; bytes].into(),
-            }
-        })
-        .collect();
+    let (target, inputs) = match &args.pipeline {
+        None => {
+            let names = runtime.models.iter().map(|m| m.name.clone()).collect();
+            let target = Target::Models(Rc::new(names), runtime.controller.clone());
+            (target, zero_inputs(&runtime.models[0].inputs))
+        }
+        Some(pipeline_args) => {
+            let (pipeline, actor) = launch(pipeline_args, args.params.slo, &runtime)?;
+            let stages = outlines(&pipeline);
+            recorder
+                .borrow_mut()
+                .pipeline(&pipeline.name, args.params.slo, stages);
+            (Target::Pipeline(actor), zero_inputs(&pipeline.inputs))
+        }
+    };
     let sender = Sender {
         clock,
-        controller: runtime.controller.clone(),
-        names: Rc::new(runtime.models.iter().map(|m| m.name.clone()).collect()),
+        target,
         inputs: Arc::new(inputs),
         default_slo: args.params.slo,
         recorder: Rc::clone(&recorder),
@@ -151,6 +267,13 @@ async fn simulate(
         closed_loop(args, &sender, &bar).await;
     } else {
         open_loop(args, &sender, &bar).await?;
+    }
+    if args.pipeline.is_some() {
+        // Root requests make sub-requests after their arrival; a drain would refuse
+        // those. Each root ends by its deadline: wait for them all (in virtual time).
+        while sender.outstanding.get() > 0 {
+            clock.sleep_until(clock.now() + MS).await;
+        }
     }
     runtime.shutdown().await;
     while sender.outstanding.get() > 0 {

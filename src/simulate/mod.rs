@@ -8,10 +8,12 @@
 
 mod driver;
 mod listener;
+pub mod pipelines;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use self::pipelines::PipelineArgs;
 use crate::actors::StartError;
 use crate::config::{BackendKind, Config, DeviceGroupConfig, ModelConfig, SimConfig};
 use crate::gpu::profiles;
@@ -46,6 +48,9 @@ pub struct SimulateArgs {
     pub command: String,
     /// Show a progress bar on stderr (only drawn on a terminal).
     pub progress: bool,
+    /// Drive a built-in pipeline's root requests instead of `models` copies of
+    /// `model_profile` (the SLO is then the end-to-end objective).
+    pub pipeline: Option<PipelineArgs>,
 }
 
 /// Why a simulation could not run.
@@ -63,6 +68,8 @@ pub enum SimulateError {
     BadArgument(&'static str, String),
     #[error("cannot build the virtual-time runtime: {0}")]
     Runtime(#[from] std::io::Error),
+    #[error("built-in pipeline {0}: {1}")]
+    Pipeline(String, String),
     #[error("the event subscriber fell behind by {0} events; the report would be wrong")]
     EventsLost(u64),
 }
@@ -106,6 +113,30 @@ impl SimulateArgs {
         if !(0.0..10.0).contains(&self.noise_cv) {
             return bad("noise-cv", "must be within 0..10".into());
         }
+        self.check_pipeline()
+    }
+
+    fn check_pipeline(&self) -> Result<(), SimulateError> {
+        let Some(pipeline) = &self.pipeline else {
+            return Ok(());
+        };
+        let bad = |flag, why: &str| Err(SimulateError::BadArgument(flag, why.to_owned()));
+        let fan_out = pipeline.fan_out;
+        if !(fan_out.mean.is_finite() && fan_out.mean >= 0.0) {
+            return bad("fanout-mean", "must be a number of at least 0");
+        }
+        if !(fan_out.variance.is_finite() && fan_out.variance > 0.0) {
+            return bad("fanout-var", "must be a number above 0");
+        }
+        if !(pipeline.escalate > 0.0 && pipeline.escalate < 1.0) {
+            return bad("escalate", "must be a fraction strictly between 0 and 1");
+        }
+        if self.params.models != 1 {
+            return bad(
+                "models",
+                "a pipeline run sends root requests to one pipeline: 1",
+            );
+        }
         Ok(())
     }
 
@@ -122,17 +153,32 @@ impl SimulateArgs {
             sim: SimConfig {
                 seed: self.params.seed,
                 noise_cv: self.noise_cv,
-                skip_outputs: true,
+                // A pipeline maps its stages' outputs to the next stages' inputs: they
+                // must exist (emulated, of the declared shapes; one row where variable).
+                skip_outputs: self.pipeline.is_none(),
                 ..SimConfig::default()
             },
             cpu: Default::default(),
         });
-        config.models.push(ModelConfig {
-            name: "m".into(),
-            profile: self.model_profile.clone(),
-            copies: self.params.models,
-            slo: Some(std::time::Duration::from_nanos(self.params.slo)),
-        });
+        let slo = Some(std::time::Duration::from_nanos(self.params.slo));
+        match &self.pipeline {
+            None => config.models.push(ModelConfig {
+                name: "m".into(),
+                profile: self.model_profile.clone(),
+                copies: self.params.models,
+                slo,
+            }),
+            // Each stage's model under its profile's name; their own objectives never
+            // apply (stage requests carry stage deadlines), the pipeline's does.
+            Some(pipeline) => config
+                .models
+                .extend(pipeline.which.stages().iter().map(|stage| ModelConfig {
+                    name: stage.model.into(),
+                    profile: stage.model.into(),
+                    copies: 1,
+                    slo,
+                })),
+        }
         Ok(config)
     }
 
@@ -141,7 +187,17 @@ impl SimulateArgs {
         let mut setup = BTreeMap::new();
         let mut put = |k: &str, v: String| setup.insert(k.to_owned(), v);
         put("workload", self.workload.to_string());
-        put("models", format!("{} x {}", p.models, self.model_profile));
+        match &self.pipeline {
+            None => put("models", format!("{} x {}", p.models, self.model_profile)),
+            Some(pipeline) => {
+                let emulated = pipeline.emulated();
+                put("pipeline", pipeline.which.to_string());
+                put(
+                    "emulated fan-out (mean, variance)",
+                    format!("{}, {}", emulated.mean, emulated.variance),
+                )
+            }
+        };
         put(
             "devices",
             format!("{} x {}", self.devices, self.device_profile),

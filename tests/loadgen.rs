@@ -1,0 +1,80 @@
+//! `clockwork loadgen` against a real server on port 0: `--model` picks what it sends to,
+//! and a name the server does not serve is refused before anything is sent.
+
+mod api_support;
+
+use std::time::Duration;
+
+use clockwork::loadgen::{self, LoadgenArgs, LoadgenError};
+use clockwork::time::MS;
+use clockwork::workload::{WorkloadKind, WorkloadParams};
+
+fn args(base: &str, models: &[&str], name: &str) -> LoadgenArgs {
+    LoadgenArgs {
+        url: base.to_owned(),
+        models: models.iter().map(|m| m.to_string()).collect(),
+        workload: WorkloadKind::Poisson,
+        params: WorkloadParams {
+            rate: 40.0,
+            duration: 1_000 * MS,
+            slo: 100 * MS,
+            seed: 5,
+            ..WorkloadParams::default()
+        },
+        clients: 1,
+        think: 0,
+        timeout: Duration::from_secs(10),
+        out: std::env::temp_dir().join(format!("clockwork-loadgen-{name}-{}", std::process::id())),
+        progress: false,
+        command: "test".into(),
+    }
+}
+
+/// The value of `family{model="<model>"}` in the metrics text (0 when absent).
+fn count(text: &str, family: &str, model: &str) -> u64 {
+    let prefix = format!("{family}{{model=\"{model}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[actix_web::test]
+async fn sends_only_to_the_models_it_is_given() {
+    let server = api_support::start_default().await;
+    let report = loadgen::run(args(&server.base, &["resnet"], "named"))
+        .await
+        .expect("run");
+    assert_eq!(report.setup["models"], "resnet");
+    let run = &report.policies[0];
+    assert!(run.offered > 10, "{run:?}");
+    assert_eq!(run.failed, 0, "{run:?}");
+    // Every request reached resnet and none the other models (events reach the metrics
+    // asynchronously: read until resnet's answers are all counted).
+    let mut text = String::new();
+    for _ in 0..200 {
+        let (_, body) = server.get("/metrics").await;
+        text = String::from_utf8_lossy(&body).into_owned();
+        let answered = count(&text, "nv_inference_request_success", "resnet")
+            + count(&text, "nv_inference_request_failure", "resnet");
+        if answered == run.offered {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(10)).await;
+    }
+    let answered = |model| {
+        count(&text, "nv_inference_request_success", model)
+            + count(&text, "nv_inference_request_failure", model)
+    };
+    assert_eq!(answered("resnet"), run.offered, "{text}");
+    assert_eq!(answered("mlp"), 0, "{text}");
+}
+
+#[actix_web::test]
+async fn a_name_the_server_does_not_serve_is_refused_first() {
+    let server = api_support::start_default().await;
+    let error = loadgen::run(args(&server.base, &["mlp", "nope"], "unknown"))
+        .await
+        .expect_err("nope is not served");
+    assert!(matches!(&error, LoadgenError::NotReady(name, _) if name == "nope"));
+    assert!(error.to_string().contains("ready: "), "{error}");
+}

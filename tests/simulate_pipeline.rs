@@ -1,0 +1,161 @@
+//! `clockwork simulate --pipeline`: root requests through the real pipeline and stage
+//! actors in virtual time, and the report's end-to-end and per-stage figures.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use clockwork::report::PolicyReport;
+use clockwork::simulate::pipelines::{BuiltinPipeline, EmulatedFanOut, PipelineArgs};
+use clockwork::simulate::{self, SimulateArgs};
+use clockwork::time::MS;
+use clockwork::workload::{WorkloadKind, WorkloadParams};
+
+fn scratch(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("clockwork-pipe-{name}-{}", std::process::id()))
+}
+
+fn args(which: BuiltinPipeline, rate: f64, name: &str) -> SimulateArgs {
+    SimulateArgs {
+        workload: WorkloadKind::Poisson,
+        params: WorkloadParams {
+            models: 1,
+            rate,
+            duration: 3_000 * MS,
+            slo: 100 * MS,
+            seed: 7,
+            ..WorkloadParams::default()
+        },
+        devices: 2,
+        device_profile: "v100".into(),
+        pages: None,
+        model_profile: "resnet50".into(),
+        noise_cv: 0.0,
+        policies: vec!["clockwork".into()],
+        clients: 1,
+        think: 0,
+        out: scratch(name),
+        command: "test".into(),
+        progress: false,
+        pipeline: Some(PipelineArgs {
+            which,
+            fan_out: EmulatedFanOut {
+                mean: 2.0,
+                variance: 3.0,
+            },
+            escalate: 0.25,
+        }),
+    }
+}
+
+fn run(args: &SimulateArgs) -> PolicyReport {
+    let report = simulate::run(args).unwrap();
+    let _ = std::fs::remove_dir_all(&args.out);
+    report.policies.into_iter().next().unwrap()
+}
+
+/// Every root answered once; each fanned stage got exactly the requests its fan-outs
+/// made, at about the declared mean; with exact devices no root and no stage is late.
+#[test]
+fn traffic_roots_fan_out_as_declared_and_are_answered_once() {
+    let report = run(&args(BuiltinPipeline::Traffic, 60.0, "traffic"));
+    let refused: u64 = report.refused.values().sum();
+    let answered = report.ok_in_slo + report.late + refused + report.failed;
+    assert_eq!(answered, report.offered, "{report:?}");
+    assert!(report.offered > 120, "3 s at 60/s");
+    assert_eq!(report.late, 0, "exact estimates: no root late");
+    assert!(report.goodput > 0.97, "light load: {report:?}");
+    let pipeline = report.pipeline.as_ref().expect("a pipeline run");
+    assert_eq!(pipeline.pipeline, "traffic");
+    assert_eq!(pipeline.slo_ms, 100.0);
+    let [detect, cars, people] = &pipeline.stages[..] else {
+        panic!("three stages: {pipeline:?}")
+    };
+    assert_eq!(detect.requests, report.offered, "one detection per root");
+    assert!(detect.fan_out.is_none());
+    for stage in [cars, people] {
+        let fan_out = stage.fan_out.as_ref().unwrap();
+        assert_eq!(fan_out.answers, detect.ok_in_slo, "{}", stage.stage);
+        let made = (fan_out.mean * fan_out.answers as f64).round() as u64;
+        assert_eq!(stage.requests, made, "{}: one request per row", stage.stage);
+        assert!(
+            (fan_out.mean - 2.0).abs() < 0.5,
+            "{}: {fan_out:?}",
+            stage.stage
+        );
+        assert!(fan_out.max > 4, "variance 3: counts spread ({fan_out:?})");
+        assert_eq!(stage.late, 0);
+        assert!(stage.latency_ms.p50 > 0.0);
+    }
+}
+
+/// Same seed and flags, same numbers. Each run is its own process: the pipeline actors
+/// number root requests process-wide, and the emulated fan-outs are drawn from the root's
+/// number, so a second run in one process would draw others.
+#[test]
+fn the_same_flags_give_the_same_report() {
+    let report = |name: &str| {
+        let out = scratch(name);
+        let status = Command::new(env!("CARGO_BIN_EXE_clockwork"))
+            .args([
+                "simulate",
+                "--quiet",
+                "--pipeline",
+                "traffic",
+                "--devices",
+                "2",
+            ])
+            .args([
+                "--rate",
+                "60",
+                "--duration",
+                "2s",
+                "--policy",
+                "clockwork",
+                "--out",
+            ])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(status.status.success(), "{status:?}");
+        let text = std::fs::read(out.join("report.json")).unwrap();
+        let _ = std::fs::remove_dir_all(&out);
+        let json: serde_json::Value = serde_json::from_slice(&text).unwrap();
+        let run = &json["policies"][0];
+        (run["latency_ms"].clone(), run["pipeline"].clone())
+    };
+    let first = report("same-1");
+    assert!(first.1["stages"][2]["requests"].as_u64().unwrap() > 0);
+    assert_eq!(first, report("same-2"));
+}
+
+/// The cascade runs its expensive model on about the fraction asked, never twice.
+#[test]
+fn the_cascade_escalates_a_fraction_of_the_images() {
+    let report = run(&args(BuiltinPipeline::Cascade, 100.0, "cascade"));
+    let stages = &report.pipeline.as_ref().unwrap().stages;
+    let fan_out = stages[1].fan_out.as_ref().unwrap();
+    assert_eq!(fan_out.max, 1, "{fan_out:?}");
+    assert!((fan_out.mean - 0.25).abs() < 0.08, "{fan_out:?}");
+    assert_eq!(stages[0].requests, report.offered);
+    assert!(report.goodput > 0.97, "{report:?}");
+}
+
+#[test]
+fn bad_pipeline_flags_are_named() {
+    let cli = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_clockwork"))
+            .args(["simulate", "--quiet", "--duration", "1s", "--out"])
+            .arg(scratch("cli"))
+            .args(extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success() && !err.contains("panicked"), "{err}");
+        err
+    };
+    assert!(cli(&["--pipeline", "subway"]).contains("traffic, cascade"));
+    let err = cli(&["--pipeline", "cascade", "--escalate", "1"]);
+    assert!(err.contains("--escalate"), "{err}");
+    let err = cli(&["--pipeline", "traffic", "--fanout-var", "0"]);
+    assert!(err.contains("--fanout-var"), "{err}");
+}
