@@ -4,7 +4,7 @@
 //! Pure code (no actix, no clock, no I/O), a ground module beside `model`, `tensor`,
 //! `outcome` and `time`, which are all it uses:
 //! - [`decl`]: the `[pipeline]` table of `models/<name>/config.toml` as written;
-//! - [`validate`]: a declaration checked against the registered models, as a [`Pipeline`];
+//! - [`mod@validate`]: a declaration checked against the registered models, as a [`Pipeline`];
 //! - [`budget`]: how the end-to-end objective is split into stage deadlines (the seam
 //!   the planning of the next issue replaces);
 //! - [`run`]: one root request's state machine (fan-out, join, withdraw, one answer);

@@ -5,7 +5,7 @@
 //! bound), `cnn` (a small convolutional classifier) and `resnet` (residual blocks with
 //! batch normalisation, a downsampling stage and global pooling, after ResNet). Each
 //! takes `input` and gives `output` (10 class scores). Two more form a pipeline
-//! ([`pipeline`]): `detector` (regions' `scores` and `crops`) and `classifier` (`probs`
+//! (`zoo/pipeline.rs`): `detector` (regions' `scores` and `crops`) and `classifier` (`probs`
 //! of one crop). Every model has a symbolic batch dimension `N`, unless built with a
 //! fixed batch of 1 (which then serves batch 1 only).
 
