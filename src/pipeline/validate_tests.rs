@@ -76,6 +76,13 @@ type Expect = fn(&PipelineError) -> bool;
 
 /// One declaration per mistake, with the error it must get.
 fn mistakes() -> Vec<(String, Expect)> {
+    let mut all = stage_mistakes();
+    all.extend(tensor_mistakes());
+    all
+}
+
+/// Mistakes in the stages: models, versions, the tree.
+fn stage_mistakes() -> Vec<(String, Expect)> {
     use PipelineError as E;
     vec![
         (GOOD.replace("\"cls\"", "\"nope\""), |e| {
@@ -108,6 +115,13 @@ fn mistakes() -> Vec<(String, Expect)> {
             GOOD.replace("name = \"classify\"", "name = \"detect\""),
             |e| matches!(e, E::DuplicateStage(_)),
         ),
+    ]
+}
+
+/// Mistakes in the tensors: names, shapes, datatypes, fan-outs, outputs, the objective.
+fn tensor_mistakes() -> Vec<(String, Expect)> {
+    use PipelineError as E;
+    vec![
         (
             GOOD.replace("{ input = \"crops\" }", "{ input = \"crop\" }"),
             |e| matches!(e, E::UnknownTensor { .. }),
