@@ -114,6 +114,7 @@ mod tests {
             name: "p".into(),
             slo: 200 * MS,
             partial_results: false,
+            budget: crate::pipeline::BudgetKind::Even,
             inputs: vec![],
             outputs: vec![],
             stages: vec![

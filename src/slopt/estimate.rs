@@ -14,8 +14,8 @@
 
 use std::collections::VecDeque;
 
-use crate::pipeline::{EmulatedFanOut, Pipeline};
 use super::SECOND;
+use crate::pipeline::{EmulatedFanOut, Pipeline};
 use crate::time::Nanos;
 
 /// How many completions of the parent each edge's fan-out statistics cover.

@@ -118,12 +118,19 @@ fn step_lag(low: u64, high: u64, per_root: u32, upstream: Nanos, window: Nanos) 
     let mut t = 0;
     while t < end {
         times.push(t);
-        t += if t < step { SECOND / low } else { SECOND / high };
+        t += if t < step {
+            SECOND / low
+        } else {
+            SECOND / high
+        };
     }
     let seeded = fan(f64::from(per_root), 0.0);
     let cascade = |now: Nanos| {
         let mut c = Cascade::from_tree(vec![None, Some(0)], vec![None, seeded], window, SECOND);
-        times.iter().take_while(|&&t| t <= now).for_each(|&t| c.on_root(t));
+        times
+            .iter()
+            .take_while(|&&t| t <= now)
+            .for_each(|&t| c.on_root(t));
         c.estimate(now)[1].mean
     };
     let baseline = |now: Nanos| {

@@ -188,7 +188,12 @@ pub struct Tuning {
 impl Tuning {
     /// Planning for `pipeline` whose stages have `profiles` (in stage order).
     pub fn new(pipeline: &Pipeline, profiles: Vec<Vec<BatchLatency>>) -> Self {
-        let stages = pipeline.stages.iter().map(|s| s.parent).zip(profiles).collect();
+        let stages = pipeline
+            .stages
+            .iter()
+            .map(|s| s.parent)
+            .zip(profiles)
+            .collect();
         let usable = pipeline.slo.saturating_sub(DEFAULT_MARGIN).max(1);
         Self {
             cascade: Cascade::new(pipeline, DEFAULT_WINDOW, DEFAULT_HORIZON),

@@ -69,6 +69,7 @@ fn pipeline() -> Pipeline {
         name: "p".into(),
         slo: 100 * MS,
         partial_results: false,
+        budget: crate::pipeline::BudgetKind::Even,
         inputs: vec![],
         outputs: vec![],
         stages: vec![

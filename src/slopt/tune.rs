@@ -69,7 +69,12 @@ pub fn throughput(profile: &[BatchLatency], budget: Nanos) -> Option<(u32, f64)>
     profile
         .iter()
         .filter(|b| b.latency > 0 && b.latency.saturating_mul(2) <= budget)
-        .map(|b| (b.batch, f64::from(b.batch) * SECOND as f64 / b.latency as f64))
+        .map(|b| {
+            (
+                b.batch,
+                f64::from(b.batch) * SECOND as f64 / b.latency as f64,
+            )
+        })
         .fold(None, |best, (b, t)| match best {
             Some((_, bt)) if bt >= t => best,
             _ => Some((b, t)),

@@ -59,9 +59,30 @@ fn a_heavy_downstream_stage_gets_the_budget() {
     let stages = vec![stage(None, 10.0), stage(Some(0), 2000.0)];
     let tuned = tune(&stages, 100 * MS, DEFAULT_STEPS).unwrap();
     let even = even_split(&stages, 100 * MS, DEFAULT_STEPS).unwrap();
-    assert_eq!(even.stages[1], StagePlan { budget: 50 * MS, batch: 6, replicas: 9 });
-    assert_eq!(tuned.stages[0], StagePlan { budget: 40 * MS, batch: 1, replicas: 1 });
-    assert_eq!(tuned.stages[1], StagePlan { budget: 60 * MS, batch: 11, replicas: 6 });
+    assert_eq!(
+        even.stages[1],
+        StagePlan {
+            budget: 50 * MS,
+            batch: 6,
+            replicas: 9
+        }
+    );
+    assert_eq!(
+        tuned.stages[0],
+        StagePlan {
+            budget: 40 * MS,
+            batch: 1,
+            replicas: 1
+        }
+    );
+    assert_eq!(
+        tuned.stages[1],
+        StagePlan {
+            budget: 60 * MS,
+            batch: 11,
+            replicas: 6
+        }
+    );
 }
 
 #[test]
@@ -74,17 +95,20 @@ fn too_tight_and_bad_trees_are_errors() {
 
 /// A random tree of `n` stages (parents before children) with random profiles and rates.
 fn trees(max: usize) -> impl Strategy<Value = Vec<StageLoad>> {
-    proptest::collection::vec((0usize..8, 1u64..20, 0u64..10, 1u32..9, 0.0f64..3000.0), 1..=max)
-        .prop_map(|raw| {
-            raw.into_iter()
-                .enumerate()
-                .map(|(v, (p, single, extra, max_batch, rate))| StageLoad {
-                    parent: if v == 0 || p == 0 { None } else { Some(p % v) },
-                    profile: profile(single * MS, extra * MS, max_batch),
-                    rate,
-                })
-                .collect()
-        })
+    proptest::collection::vec(
+        (0usize..8, 1u64..20, 0u64..10, 1u32..9, 0.0f64..3000.0),
+        1..=max,
+    )
+    .prop_map(|raw| {
+        raw.into_iter()
+            .enumerate()
+            .map(|(v, (p, single, extra, max_batch, rate))| StageLoad {
+                parent: if v == 0 || p == 0 { None } else { Some(p % v) },
+                profile: profile(single * MS, extra * MS, max_batch),
+                rate,
+            })
+            .collect()
+    })
 }
 
 /// Fewest replicas over every assignment of whole steps (brute force).
