@@ -232,10 +232,10 @@ mod tests {
         assert_eq!(p.slo, Duration::from_millis(250));
         assert!(!p.partial_results);
         assert_eq!(p.budget, BudgetKind::Even);
-        let tuned = EXAMPLE.replace("partial_results = false", "budget = \"tuned\"");
+        let tuned = EXAMPLE.replace("slo = ", "budget = \"tuned\"\nslo = ");
         let tuned = PipelineFile::parse(&tuned).unwrap().pipeline;
         assert_eq!(tuned.budget, BudgetKind::Tuned);
-        let wrong = EXAMPLE.replace("partial_results = false", "budget = \"fast\"");
+        let wrong = EXAMPLE.replace("slo = ", "budget = \"fast\"\nslo = ");
         assert!(PipelineFile::parse(&wrong).unwrap_err().contains("fast"));
         assert_eq!(p.stages[0].fan_out, FanOut::One);
         assert_eq!(
