@@ -17,6 +17,7 @@ pub mod repository;
 pub mod scheduler;
 pub mod serve;
 pub mod simulate;
+pub mod slopt;
 pub mod stats;
 pub mod tensor;
 pub mod time;

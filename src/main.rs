@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use std::time::Duration;
 
 use clockwork::config::Config;
+use clockwork::pipeline::BudgetKind;
 use clockwork::simulate::pipelines::{BuiltinPipeline, EmulatedFanOut, PipelineArgs};
 use clockwork::simulate::SimulateArgs;
 use clockwork::time::nanos;
@@ -195,6 +196,10 @@ struct SimulateCli {
     /// cascade: fraction of images the expensive model also runs on.
     #[arg(long, default_value_t = 0.3)]
     escalate: f64,
+    /// The pipeline's budget split: even (batch-1 proportional) or tuned (SLOpt's plan
+    /// from the cascade's estimated rates).
+    #[arg(long, default_value = "even")]
+    budget: BudgetKind,
 }
 
 fn main() -> ExitCode {
@@ -239,6 +244,7 @@ fn simulate(cli: SimulateCli) -> anyhow::Result<()> {
             variance: cli.fanout_var,
         },
         escalate: cli.escalate,
+        budget: cli.budget,
     });
     let params = WorkloadParams {
         // A pipeline run sends to one pipeline.

@@ -119,6 +119,7 @@ fn pipeline(s: &Scenario) -> Pipeline {
     let decl = PipelineDecl {
         slo: Duration::from_millis(100),
         partial_results: false,
+        budget: Default::default(),
         inputs: vec![spec("image", &[1])],
         outputs: (0..s.latency.len()).map(|i| format!("t{i}")).collect(),
         stages,

@@ -37,6 +37,7 @@ fn args(which: BuiltinPipeline, rate: f64, name: &str) -> SimulateArgs {
         command: "test".into(),
         progress: false,
         pipeline: Some(PipelineArgs {
+            budget: Default::default(),
             which,
             fan_out: EmulatedFanOut {
                 mean: 2.0,

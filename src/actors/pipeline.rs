@@ -20,6 +20,7 @@ use crate::outcome::Outcome;
 use crate::pipeline::budget::{Budget, Proportional};
 use crate::pipeline::run::{Answered, Failure, Missing, Run, Step};
 use crate::pipeline::Pipeline;
+use crate::slopt::planner::Tuning;
 use crate::tensor::{check_tensors, Tensor};
 use crate::time::{Clock, Nanos};
 
@@ -74,6 +75,8 @@ pub struct PipelineActor {
     name: Arc<str>,
     stage_names: Vec<Arc<str>>,
     budget: Arc<dyn Budget>,
+    /// SLOpt planning, for a pipeline declared with `budget = "tuned"`.
+    tuning: Option<Tuning>,
     clock: Clock,
     events: EventBus,
     stages: Vec<Addr<StageActor>>,
@@ -128,12 +131,23 @@ impl PipelineActor {
                 name,
                 stage_names,
                 budget: Arc::new(Proportional),
+                tuning: None,
                 clock,
                 events,
                 stages,
                 runs: HashMap::new(),
             }
         }
+    }
+
+    /// Plans with SLOpt (`crate::slopt`): stage deadlines from the tuned plan, fed by
+    /// the roots' arrivals and the fan-outs. `profiles`: each stage model's batch
+    /// latencies, in stage order.
+    pub fn tuned(mut self, profiles: Vec<Vec<crate::model::BatchLatency>>) -> Self {
+        let tuning = Tuning::new(&self.pipeline, profiles);
+        self.budget = tuning.budget();
+        self.tuning = Some(tuning);
+        self
     }
 
     /// Carries out one step of root `id`'s run.
@@ -146,6 +160,9 @@ impl PipelineActor {
             group: GroupId(id),
         };
         for (stage, count) in step.fan_outs {
+            if let Some(tuning) = &mut self.tuning {
+                tuning.on_fan_out(stage, count);
+            }
             let (pipeline, stage) = (Arc::clone(&self.name), Arc::clone(&self.stage_names[stage]));
             self.events.publish(|| {
                 Event::FanOut(events::FanOut {
@@ -243,6 +260,9 @@ impl Handler<RunPipeline> for PipelineActor {
         let arrival = edge.arrival.min(now);
         let due = arrival.saturating_add(request.slo.unwrap_or(self.pipeline.slo));
         let id = NEXT_ROOT.fetch_add(1, Ordering::Relaxed);
+        if let Some(Err(e)) = self.tuning.as_mut().map(|t| t.on_root(now)) {
+            tracing::debug!(pipeline = %self.name, error = %e, "no plan fits; keeping the last");
+        }
         // The stages plan to finish early enough for the caller's work after the answer.
         let deadline = due.saturating_sub(edge.reserve);
         let run = Run::new(

@@ -11,7 +11,7 @@ use super::pipeline::PipelineActor;
 use super::registry::ModelTable;
 use super::Controller;
 use crate::events::EventBus;
-use crate::pipeline::{validate, Pipeline, PipelineDecl, PipelineError, StageModel};
+use crate::pipeline::{validate, BudgetKind, Pipeline, PipelineDecl, PipelineError, StageModel};
 use crate::time::Clock;
 
 /// A pipeline being served.
@@ -91,8 +91,20 @@ impl PipelineHost {
             self.clock,
             self.events.clone(),
         );
+        let profiles = (pipeline.budget == BudgetKind::Tuned).then(|| {
+            let profile = |model: &str| {
+                let m = models.iter().find(|m| m.spec.name == model);
+                m.map(|m| m.spec.profile.batches.clone())
+                    .unwrap_or_default()
+            };
+            pipeline.stages.iter().map(|s| profile(&s.model)).collect()
+        });
         let actor = PipelineActor::start_in_arbiter(&self.arbiter, move |ctx| {
-            PipelineActor::build(p, controller, clock, events, ctx)
+            let actor = PipelineActor::build(p, controller, clock, events, ctx);
+            match profiles {
+                Some(profiles) => actor.tuned(profiles),
+                None => actor,
+            }
         });
         self.table.insert(Served {
             pipeline: Arc::clone(&pipeline),

@@ -36,16 +36,41 @@ impl Budget for Proportional {
         now: Nanos,
         root_deadline: Nanos,
     ) -> Nanos {
-        let left = root_deadline.saturating_sub(now);
-        let path = longest_from(pipeline, stage);
-        let own = pipeline.stages[stage].single;
-        let share = if path == 0 {
-            left
-        } else {
-            (u128::from(left) * u128::from(own) / u128::from(path)) as Nanos
-        };
-        now.saturating_add(share).min(root_deadline)
+        split(pipeline, stage, now, root_deadline, |v| {
+            pipeline.stages[v].single
+        })
     }
+}
+
+/// The one split rule, for any weights: `stage` gets of the time left its weight's share
+/// of the heaviest path from it down (itself included), capped at the root's deadline.
+/// [`Proportional`] weighs by batch-1 estimates; SLOpt's tuned budget by planned budgets.
+pub fn split(
+    pipeline: &Pipeline,
+    stage: usize,
+    now: Nanos,
+    root_deadline: Nanos,
+    weight: impl Fn(usize) -> Nanos,
+) -> Nanos {
+    let left = root_deadline.saturating_sub(now);
+    let path = heaviest_from(pipeline, stage, &weight);
+    let own = weight(stage);
+    let share = if path == 0 {
+        left
+    } else {
+        (u128::from(left) * u128::from(own) / u128::from(path)) as Nanos
+    };
+    now.saturating_add(share).min(root_deadline)
+}
+
+fn heaviest_from(pipeline: &Pipeline, stage: usize, weight: &impl Fn(usize) -> Nanos) -> Nanos {
+    let below = pipeline.stages[stage]
+        .children
+        .iter()
+        .map(|&c| heaviest_from(pipeline, c, weight))
+        .max()
+        .unwrap_or(0);
+    weight(stage).saturating_add(below)
 }
 
 /// Sum of the batch-1 estimates along the longest path from `stage` (inclusive) down.
@@ -89,6 +114,7 @@ mod tests {
             name: "p".into(),
             slo: 200 * MS,
             partial_results: false,
+            budget: crate::pipeline::BudgetKind::Even,
             inputs: vec![],
             outputs: vec![],
             stages: vec![

@@ -49,6 +49,9 @@ pub struct PipelineDecl {
     /// (which says so) instead of failing the whole root request.
     #[serde(default)]
     pub partial_results: bool,
+    /// How the objective becomes stage deadlines: `"even"` (default) or `"tuned"`.
+    #[serde(default)]
+    pub budget: BudgetKind,
     /// The root request's tensors, one item each (no batch dimension).
     pub inputs: Vec<TensorSpec>,
     /// Pipeline tensors returned, in this order.
@@ -79,6 +82,39 @@ pub struct StageDecl {
     /// Model output -> pipeline tensor.
     #[serde(default)]
     pub output_map: BTreeMap<String, String>,
+}
+
+/// How a pipeline's end-to-end objective is split into stage deadlines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BudgetKind {
+    /// In proportion to the stages' batch-1 estimates (`budget::Proportional`).
+    #[default]
+    Even,
+    /// SLOpt's ahead-of-time plan from the cascade's estimated rates
+    /// (`crate::slopt::planner::TunedBudget`).
+    Tuned,
+}
+
+impl BudgetKind {
+    /// Its name in the declaration.
+    pub fn name(self) -> &'static str {
+        match self {
+            BudgetKind::Even => "even",
+            BudgetKind::Tuned => "tuned",
+        }
+    }
+}
+
+impl std::str::FromStr for BudgetKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        [BudgetKind::Even, BudgetKind::Tuned]
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| format!("unknown budget '{s}': use \"even\" or \"tuned\""))
+    }
 }
 
 /// How one upstream result becomes downstream requests.
@@ -195,6 +231,12 @@ mod tests {
         let p = file.pipeline;
         assert_eq!(p.slo, Duration::from_millis(250));
         assert!(!p.partial_results);
+        assert_eq!(p.budget, BudgetKind::Even);
+        let tuned = EXAMPLE.replace("slo = ", "budget = \"tuned\"\nslo = ");
+        let tuned = PipelineFile::parse(&tuned).unwrap().pipeline;
+        assert_eq!(tuned.budget, BudgetKind::Tuned);
+        let wrong = EXAMPLE.replace("slo = ", "budget = \"fast\"\nslo = ");
+        assert!(PipelineFile::parse(&wrong).unwrap_err().contains("fast"));
         assert_eq!(p.stages[0].fan_out, FanOut::One);
         assert_eq!(
             p.stages[1].fan_out,

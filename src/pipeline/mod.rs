@@ -21,7 +21,7 @@ mod rows;
 pub mod run;
 pub mod validate;
 
-pub use decl::{EmulatedFanOut, FanOut, PipelineDecl, PipelineFile};
+pub use decl::{BudgetKind, EmulatedFanOut, FanOut, PipelineDecl, PipelineFile};
 pub use validate::{validate, PipelineError, StageModel};
 
 use crate::model::TensorSpec;
@@ -36,6 +36,8 @@ pub struct Pipeline {
     pub slo: Nanos,
     /// Whether failed rows below a fan-out are left out instead of failing the root.
     pub partial_results: bool,
+    /// How its objective becomes stage deadlines.
+    pub budget: BudgetKind,
     /// The root request's tensors.
     pub inputs: Vec<TensorSpec>,
     /// What the answer holds, in the declared order.

@@ -150,6 +150,7 @@ pub fn validate(
         name: name.to_owned(),
         slo,
         partial_results: decl.partial_results,
+        budget: decl.budget,
         inputs: decl.inputs.clone(),
         outputs,
         stages,

@@ -21,7 +21,7 @@ use crate::config::Config;
 use crate::events::Event;
 use crate::model::TensorSpec;
 use crate::outcome::Outcome;
-use crate::pipeline::{validate, FanOut, Pipeline, PipelineFile, StageModel};
+use crate::pipeline::{validate, BudgetKind, FanOut, Pipeline, PipelineFile, StageModel};
 use crate::report::{Answered, PolicyReport, Recorder, StageOutline};
 use crate::tensor::Tensor;
 use crate::time::{virtual_system, Clock, Nanos, MS};
@@ -165,12 +165,28 @@ fn launch(
     };
     let pipeline = validate(&name, &file.pipeline, lookup).map_err(|e| bad(e.to_string()))?;
     let pipeline = Arc::new(pipeline);
-    let actor = PipelineActor::launch(
-        Arc::clone(&pipeline),
-        runtime.controller.clone(),
-        runtime.clock,
-        runtime.events.clone(),
-    );
+    let profiles = (pipeline.budget == BudgetKind::Tuned).then(|| {
+        let profile = |model: &str| {
+            let m = runtime.models.iter().find(|m| m.name == model);
+            m.map(|m| m.profile.batches.clone()).unwrap_or_default()
+        };
+        pipeline.stages.iter().map(|s| profile(&s.model)).collect()
+    });
+    let (p, runtime) = (Arc::clone(&pipeline), runtime);
+    let actor = actix::Actor::create(|ctx| {
+        let clock = runtime.clock;
+        let actor = PipelineActor::build(
+            p,
+            runtime.controller.clone(),
+            clock,
+            runtime.events.clone(),
+            ctx,
+        );
+        match profiles {
+            Some(profiles) => actor.tuned(profiles),
+            None => actor,
+        }
+    });
     Ok((pipeline, actor))
 }
 

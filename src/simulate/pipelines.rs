@@ -14,6 +14,7 @@
 use std::fmt::{self, Write as _};
 use std::str::FromStr;
 
+use crate::pipeline::BudgetKind;
 use crate::time::Nanos;
 
 /// A built-in emulated pipeline.
@@ -68,6 +69,8 @@ pub struct PipelineArgs {
     pub fan_out: EmulatedFanOut,
     /// Fraction of images `cascade` sends on to its expensive model.
     pub escalate: f64,
+    /// How the objective is split into stage deadlines (`budget` in the declaration).
+    pub budget: BudgetKind,
 }
 
 /// How a stage's requests are made from its parent's answer.
@@ -204,6 +207,7 @@ impl PipelineArgs {
         let (input, shape) = which.input();
         let _ = writeln!(toml, "slo = \"{}us\"", slo / 1_000);
         toml.push_str("partial_results = false\n");
+        let _ = writeln!(toml, "budget = \"{}\"", self.budget.name());
         let _ = writeln!(
             toml,
             "inputs = [{{ name = \"{input}\", datatype = \"FP32\", shape = {shape:?} }}]"

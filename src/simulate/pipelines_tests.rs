@@ -10,6 +10,7 @@ use crate::time::MS;
 
 fn args(which: BuiltinPipeline) -> PipelineArgs {
     PipelineArgs {
+        budget: Default::default(),
         which,
         fan_out: EmulatedFanOut {
             mean: 2.0,
