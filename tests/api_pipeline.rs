@@ -237,8 +237,14 @@ async fn metadata_config_index_unload_and_refused_declarations() {
         .post_json("/v2/repository/models/cascade/unload", &json!({}))
         .await;
     assert_eq!(status, 200);
+    // Unloaded, not unknown: unavailable, as an unloaded model is.
     let answer = server.post_json("/v2/models/cascade/infer", &image()).await;
-    assert_eq!(answer.0, 404);
+    assert_error(&answer, 503, "model_unavailable", "cascade");
+    let (status, _) = server.get("/v2/models/cascade/ready").await;
+    assert_eq!(status, 503);
+    let (_, index) = server.post_json("/v2/repository/index", &json!({})).await;
+    let entry = index.as_array().unwrap().iter().find(|e| e["name"] == "cascade");
+    assert_eq!(entry.unwrap()["reason"], "unloaded", "{index}");
     let (status, _) = server
         .post_json("/v2/repository/models/cascade/load", &json!({}))
         .await;

@@ -98,6 +98,7 @@ pub(super) async fn run(
     if let Some(served) = state.pipelines.get(model) {
         return super::pipelines::infer(state, &served, version, request, body).await;
     }
+    super::pipelines::refuse_unloaded(state, model)?;
     let entry = state.models.ready(model, version)?;
     let front = Front::new(state, &entry, request);
     front.admit_before_reading()?;

@@ -55,6 +55,15 @@ pub(super) fn check_version(served: &Served, version: Option<&str>) -> Result<()
     }
 }
 
+/// A pipeline the repository unloaded is unavailable (503), as an unloaded model is, not
+/// unknown; any other name passes.
+pub(super) fn refuse_unloaded(state: &ApiState, name: &str) -> Result<(), ApiError> {
+    if state.pipelines.is_unloaded(name) {
+        return Err(ApiError::ModelUnavailable(name.to_owned()));
+    }
+    Ok(())
+}
+
 /// `POST /v2/models/{pipeline}/infer`.
 pub(super) async fn infer(
     state: &ApiState,
