@@ -13,6 +13,7 @@ use clockwork::model::{DataType, ModelSpec, TensorSpec};
 use clockwork::time::MS;
 use cpu_support::TempDir;
 use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn spec(name: &str, shape: &[i64]) -> TensorSpec {
     TensorSpec {
@@ -255,5 +256,54 @@ async fn metadata_config_index_unload_and_refused_declarations() {
     let bad = json!({"inputs": [{"name": "image", "shape": [1, 5], "datatype": "FP32", "data": [0, 0, 0, 0, 0]}]});
     let answer = server.post_json("/v2/models/cascade/infer", &bad).await;
     assert_eq!(answer.0, 400, "{}", answer.1);
+    server.stop().await;
+}
+
+/// A pipeline's request takes a model's edge path: its answer says in `Server-Timing` how
+/// long the server held it, its front-end phases are learned under the pipeline's name,
+/// and a body that eats the pipeline's objective (500 ms) is refused while reading (503,
+/// `Retry-After`) instead of being read to the end and answered late.
+#[actix_web::test]
+async fn a_pipeline_request_takes_the_edge_path() {
+    let root = TempDir::new("api-pipeline-edge");
+    let server = serve(root.path()).await;
+    wait_ready(&server, "/v2/models/cascade/ready").await;
+    let body = serde_json::to_vec(&image()).unwrap();
+    let (status, headers, _) = server
+        .post_raw("/v2/models/cascade/infer", &[], body.clone())
+        .await;
+    assert_eq!(status, 200);
+    let timing = headers.get("server-timing").and_then(|v| v.to_str().ok());
+    assert!(
+        timing.is_some_and(|t| t.starts_with("edge;dur=")),
+        "{timing:?}"
+    );
+
+    let address = server.base.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let head = format!(
+        "POST /v2/models/cascade/infer HTTP/1.1\r\nHost: {address}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&body[..10]).await.unwrap();
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(600)).await;
+    let _ = stream.write_all(&body[10..]).await; // the server may have answered already
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer).await;
+    let answer = String::from_utf8_lossy(&answer).to_lowercase();
+    assert!(answer.starts_with("http/1.1 503"), "{answer}");
+    assert!(answer.contains("retry-after: "), "{answer}");
+    assert!(answer.contains("deadline_unreachable"), "{answer}");
+
+    let text = String::from_utf8(server.get("/metrics").await.1).unwrap();
+    for wanted in [
+        "clockwork_edge_refusals{model=\"cascade\",stage=\"reading\"} 1",
+        "clockwork_front_seconds_count{model=\"cascade\",phase=\"decode\"} 1",
+        "clockwork_front_seconds_count{model=\"cascade\",phase=\"respond\"} 1",
+    ] {
+        assert!(text.contains(wanted), "{wanted} not in\n{text}");
+    }
     server.stop().await;
 }

@@ -57,6 +57,9 @@ pub struct PipelineAnswer {
     pub late: bool,
     /// Some stage's device only emulated its model.
     pub emulated: bool,
+    /// When the actor answered: where the caller's way back (encoding, the hop to its
+    /// HTTP worker) starts, which the front end learns.
+    pub answered: Nanos,
 }
 
 /// The one answer to a [`RunPipeline`]: outputs, or why not (the failing sub-request's
@@ -200,6 +203,7 @@ impl PipelineActor {
                     missing: joined.missing,
                     late,
                     emulated: flight.emulated,
+                    answered: now,
                 };
                 let outcome = if late { Outcome::Late } else { Outcome::Ok };
                 (Ok(ok), outcome, missing)
