@@ -307,3 +307,66 @@ async fn a_pipeline_request_takes_the_edge_path() {
     }
     server.stop().await;
 }
+
+/// Splits a binary-extension body into its JSON header and the rest.
+fn split(headers: &awc::http::header::HeaderMap, body: &[u8]) -> (Value, Vec<u8>) {
+    let length: usize = headers
+        .get("inference-header-content-length")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .expect("binary responses say where the JSON ends");
+    let header = serde_json::from_slice(&body[..length]).unwrap();
+    (header, body[length..].to_vec())
+}
+
+/// Triton's binary tensors in and out of a pipeline: the binary answer holds the same
+/// values as the JSON answer to the same image, each output where its header says.
+#[actix_web::test]
+async fn a_pipeline_takes_and_gives_binary_tensors() {
+    let root = TempDir::new("api-pipeline-binary");
+    let server = serve(root.path()).await;
+    wait_ready(&server, "/v2/models/cascade/ready").await;
+    let (status, json_answer) = server.post_json("/v2/models/cascade/infer", &image()).await;
+    assert_eq!(status, 200, "{json_answer}");
+
+    let raw: Vec<u8> = [0.5f32, 1.0, 1.5, 2.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let header = json!({
+        "inputs": [{"name": "image", "shape": [1, 4], "datatype": "FP32",
+                    "parameters": {"binary_data_size": raw.len()}}],
+        "parameters": {"binary_data_output": true}
+    });
+    let mut body = serde_json::to_vec(&header).unwrap();
+    let headers = [("Inference-Header-Content-Length", body.len().to_string())];
+    body.extend_from_slice(&raw);
+    let (status, response_headers, answer) = server
+        .post_raw("/v2/models/cascade/infer", &headers, body)
+        .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+    let (head, binary) = split(&response_headers, &answer);
+    assert_eq!(head["model_name"], "cascade");
+    let mut at = 0;
+    for (i, output) in head["outputs"].as_array().unwrap().iter().enumerate() {
+        assert!(output.get("data").is_none(), "{output}");
+        let size = output["parameters"]["binary_data_size"].as_u64().unwrap() as usize;
+        let values: Vec<f32> = binary[at..at + size]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        at += size;
+        let same = &json_answer["outputs"][i];
+        assert_eq!(output["name"], same["name"]);
+        assert_eq!(output["shape"], same["shape"]);
+        let expected: Vec<f32> = same["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
+        assert_eq!(values, expected, "{}", output["name"]);
+    }
+    assert_eq!(at, binary.len(), "every byte belongs to an output");
+    assert_eq!(head["outputs"].as_array().unwrap().len(), 2);
+    server.stop().await;
+}
