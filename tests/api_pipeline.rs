@@ -244,7 +244,11 @@ async fn metadata_config_index_unload_and_refused_declarations() {
     let (status, _) = server.get("/v2/models/cascade/ready").await;
     assert_eq!(status, 503);
     let (_, index) = server.post_json("/v2/repository/index", &json!({})).await;
-    let entry = index.as_array().unwrap().iter().find(|e| e["name"] == "cascade");
+    let entry = index
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "cascade");
     assert_eq!(entry.unwrap()["reason"], "unloaded", "{index}");
     let (status, _) = server
         .post_json("/v2/repository/models/cascade/load", &json!({}))

@@ -248,11 +248,7 @@ mod tests {
         let times = FrontTimes::default();
         times.observe(&M0, Phase::Read, 7);
         times.observe(&M0, Phase::Read, 50);
-        assert_eq!(
-            times.expected(&M0).read,
-            50,
-            "the p99 sets the slack"
-        );
+        assert_eq!(times.expected(&M0).read, 50, "the p99 sets the slack");
         assert_eq!(
             times.least(&M0).read,
             7,
@@ -263,7 +259,10 @@ mod tests {
     #[test]
     fn times_are_learned_per_model_or_pipeline_and_phase() {
         let times = FrontTimes::default();
-        assert_eq!(times.expected(&FrontKey::Model(ModelId(3))), Expected::default());
+        assert_eq!(
+            times.expected(&FrontKey::Model(ModelId(3))),
+            Expected::default()
+        );
         times.observe(&M1, Phase::Decode, 7);
         times.observe(&M1, Phase::Respond, 2);
         let e = times.expected(&M1);
@@ -272,7 +271,11 @@ mod tests {
         let pipeline = FrontKey::Pipeline("cascade".into());
         times.observe(&pipeline, Phase::Decode, 9);
         assert_eq!(times.expected(&pipeline).decode, 9);
-        assert_eq!(times.expected(&M1).decode, 7, "a pipeline's times are its own");
+        assert_eq!(
+            times.expected(&M1).decode,
+            7,
+            "a pipeline's times are its own"
+        );
     }
 
     #[actix_web::test]

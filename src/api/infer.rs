@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use actix_web::http::header::{HeaderName, HeaderValue};
 
-use super::body::{decode_body, respond, Decoded, Wanted};
+use super::body::{decode_body, respond, Called, Decoded, Wanted};
 use super::edge::{self, Expected, FrontKey, Phase, PoolError, Stage};
 use super::error::{ApiError, ErrorBody};
 use super::metrics::Metrics;
@@ -187,16 +187,6 @@ impl Target {
             Target::Pipeline { first, .. } => *first,
         }
     }
-}
-
-/// A model's or a pipeline's answer, encoded, and what the front end learns from it.
-pub(super) struct Called {
-    pub(super) response: HttpResponse,
-    /// Where the way back starts (`Phase::Respond`): the end of the request's batch, or
-    /// the pipeline's answer (its last stage's batch done and joined).
-    pub(super) ended: Nanos,
-    /// Its batch's run time (`None` for a pipeline: its stages ran many batches).
-    pub(super) exec: Option<Nanos>,
 }
 
 /// A decoded request to a model: one [`Infer`] to the controller, its answer encoded.
@@ -373,7 +363,11 @@ impl Drop for Waiting<'_> {
 /// request (`edge`: from its head being read to its answer encoded) and how long its batch
 /// ran (`exec`, a model's requests only), in milliseconds: a client that sees an answer late can tell whether the
 /// time went inside the server or before and after it (network, its own queues).
-fn with_server_timing(mut response: HttpResponse, edge: Nanos, exec: Option<Nanos>) -> HttpResponse {
+fn with_server_timing(
+    mut response: HttpResponse,
+    edge: Nanos,
+    exec: Option<Nanos>,
+) -> HttpResponse {
     let ms = |t: Nanos| t as f64 / 1e6;
     let mut value = format!("edge;dur={:.3}", ms(edge));
     if let Some(exec) = exec {

@@ -9,9 +9,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use super::body::{respond, Decoded};
+use super::body::{respond, Called, Decoded};
 use super::error::ApiError;
-use super::infer::Called;
 use super::v2::Parameters;
 use super::ApiState;
 use crate::actors::messages::{Edge, InferError};

@@ -266,7 +266,10 @@ mod tests {
         let (least, most) = values
             .iter()
             .fold((1.0f32, -1.0f32), |(l, m), &v| (l.min(v), m.max(v)));
-        assert!(least < -0.9 && most > 0.9, "uniform over [-1, 1): {least}..{most}");
+        assert!(
+            least < -0.9 && most > 0.9,
+            "uniform over [-1, 1): {least}..{most}"
+        );
         let mut rng = StdRng::seed_from_u64(1);
         assert_eq!(input_data(DataType::Int32, 8, &mut rng), vec![0; 8]);
     }
@@ -285,7 +288,11 @@ mod tests {
         assert_ne!(body(0), body(1));
         assert_eq!(body(0), body(2));
         let (length, with_slo) = prepared.body(Some(5_000_000), 1);
-        assert_eq!(with_slo.last(), Some(&2), "the same variant with its own header");
+        assert_eq!(
+            with_slo.last(),
+            Some(&2),
+            "the same variant with its own header"
+        );
         assert!(String::from_utf8_lossy(&with_slo[..length]).contains("slo_ms"));
     }
 
