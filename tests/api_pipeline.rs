@@ -13,6 +13,7 @@ use clockwork::model::{DataType, ModelSpec, TensorSpec};
 use clockwork::time::MS;
 use cpu_support::TempDir;
 use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn spec(name: &str, shape: &[i64]) -> TensorSpec {
     TensorSpec {
@@ -237,8 +238,18 @@ async fn metadata_config_index_unload_and_refused_declarations() {
         .post_json("/v2/repository/models/cascade/unload", &json!({}))
         .await;
     assert_eq!(status, 200);
+    // Unloaded, not unknown: unavailable, as an unloaded model is.
     let answer = server.post_json("/v2/models/cascade/infer", &image()).await;
-    assert_eq!(answer.0, 404);
+    assert_error(&answer, 503, "model_unavailable", "cascade");
+    let (status, _) = server.get("/v2/models/cascade/ready").await;
+    assert_eq!(status, 503);
+    let (_, index) = server.post_json("/v2/repository/index", &json!({})).await;
+    let entry = index
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "cascade");
+    assert_eq!(entry.unwrap()["reason"], "unloaded", "{index}");
     let (status, _) = server
         .post_json("/v2/repository/models/cascade/load", &json!({}))
         .await;
@@ -249,5 +260,117 @@ async fn metadata_config_index_unload_and_refused_declarations() {
     let bad = json!({"inputs": [{"name": "image", "shape": [1, 5], "datatype": "FP32", "data": [0, 0, 0, 0, 0]}]});
     let answer = server.post_json("/v2/models/cascade/infer", &bad).await;
     assert_eq!(answer.0, 400, "{}", answer.1);
+    server.stop().await;
+}
+
+/// A pipeline's request takes a model's edge path: its answer says in `Server-Timing` how
+/// long the server held it, its front-end phases are learned under the pipeline's name,
+/// and a body that eats the pipeline's objective (500 ms) is refused while reading (503,
+/// `Retry-After`) instead of being read to the end and answered late.
+#[actix_web::test]
+async fn a_pipeline_request_takes_the_edge_path() {
+    let root = TempDir::new("api-pipeline-edge");
+    let server = serve(root.path()).await;
+    wait_ready(&server, "/v2/models/cascade/ready").await;
+    let body = serde_json::to_vec(&image()).unwrap();
+    let (status, headers, _) = server
+        .post_raw("/v2/models/cascade/infer", &[], body.clone())
+        .await;
+    assert_eq!(status, 200);
+    let timing = headers.get("server-timing").and_then(|v| v.to_str().ok());
+    assert!(
+        timing.is_some_and(|t| t.starts_with("edge;dur=")),
+        "{timing:?}"
+    );
+
+    let address = server.base.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let head = format!(
+        "POST /v2/models/cascade/infer HTTP/1.1\r\nHost: {address}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&body[..10]).await.unwrap();
+    actix_web::rt::time::sleep(std::time::Duration::from_millis(600)).await;
+    let _ = stream.write_all(&body[10..]).await; // the server may have answered already
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer).await;
+    let answer = String::from_utf8_lossy(&answer).to_lowercase();
+    assert!(answer.starts_with("http/1.1 503"), "{answer}");
+    assert!(answer.contains("retry-after: "), "{answer}");
+    assert!(answer.contains("deadline_unreachable"), "{answer}");
+
+    let text = String::from_utf8(server.get("/metrics").await.1).unwrap();
+    for wanted in [
+        "clockwork_edge_refusals{model=\"cascade\",stage=\"reading\"} 1",
+        "clockwork_front_seconds_count{model=\"cascade\",phase=\"decode\"} 1",
+        "clockwork_front_seconds_count{model=\"cascade\",phase=\"respond\"} 1",
+    ] {
+        assert!(text.contains(wanted), "{wanted} not in\n{text}");
+    }
+    server.stop().await;
+}
+
+/// Splits a binary-extension body into its JSON header and the rest.
+fn split(headers: &awc::http::header::HeaderMap, body: &[u8]) -> (Value, Vec<u8>) {
+    let length: usize = headers
+        .get("inference-header-content-length")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .expect("binary responses say where the JSON ends");
+    let header = serde_json::from_slice(&body[..length]).unwrap();
+    (header, body[length..].to_vec())
+}
+
+/// Triton's binary tensors in and out of a pipeline: the binary answer holds the same
+/// values as the JSON answer to the same image, each output where its header says.
+#[actix_web::test]
+async fn a_pipeline_takes_and_gives_binary_tensors() {
+    let root = TempDir::new("api-pipeline-binary");
+    let server = serve(root.path()).await;
+    wait_ready(&server, "/v2/models/cascade/ready").await;
+    let (status, json_answer) = server.post_json("/v2/models/cascade/infer", &image()).await;
+    assert_eq!(status, 200, "{json_answer}");
+
+    let raw: Vec<u8> = [0.5f32, 1.0, 1.5, 2.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let header = json!({
+        "inputs": [{"name": "image", "shape": [1, 4], "datatype": "FP32",
+                    "parameters": {"binary_data_size": raw.len()}}],
+        "parameters": {"binary_data_output": true}
+    });
+    let mut body = serde_json::to_vec(&header).unwrap();
+    let headers = [("Inference-Header-Content-Length", body.len().to_string())];
+    body.extend_from_slice(&raw);
+    let (status, response_headers, answer) = server
+        .post_raw("/v2/models/cascade/infer", &headers, body)
+        .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+    let (head, binary) = split(&response_headers, &answer);
+    assert_eq!(head["model_name"], "cascade");
+    let mut at = 0;
+    for (i, output) in head["outputs"].as_array().unwrap().iter().enumerate() {
+        assert!(output.get("data").is_none(), "{output}");
+        let size = output["parameters"]["binary_data_size"].as_u64().unwrap() as usize;
+        let values: Vec<f32> = binary[at..at + size]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        at += size;
+        let same = &json_answer["outputs"][i];
+        assert_eq!(output["name"], same["name"]);
+        assert_eq!(output["shape"], same["shape"]);
+        let expected: Vec<f32> = same["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
+        assert_eq!(values, expected, "{}", output["name"]);
+    }
+    assert_eq!(at, binary.len(), "every byte belongs to an output");
+    assert_eq!(head["outputs"].as_array().unwrap().len(), 2);
     server.stop().await;
 }

@@ -89,9 +89,8 @@ fn traffic_roots_fan_out_as_declared_and_are_answered_once() {
     }
 }
 
-/// Same seed and flags, same numbers. Each run is its own process: the pipeline actors
-/// number root requests process-wide, and the emulated fan-outs are drawn from the root's
-/// number, so a second run in one process would draw others.
+/// Same seed and flags, same numbers, run by run as a user runs them: each its own
+/// process.
 #[test]
 fn the_same_flags_give_the_same_report() {
     let report = |name: &str| {
@@ -127,6 +126,29 @@ fn the_same_flags_give_the_same_report() {
     let first = report("same-1");
     assert!(first.1["stages"][2]["requests"].as_u64().unwrap() > 0);
     assert_eq!(first, report("same-2"));
+}
+
+/// Policies compared in one process see the same fan-outs: each runtime's pipeline actor
+/// numbers its roots from 1, and the draws are seeded by that number (a process-wide
+/// counter gave the second policy other draws).
+#[test]
+fn policies_in_one_process_draw_the_same_fan_outs() {
+    let mut both = args(BuiltinPipeline::Traffic, 40.0, "two-policies");
+    both.policies = vec!["clockwork".into(), "reactive".into()];
+    let report = simulate::run(&both).unwrap();
+    let _ = std::fs::remove_dir_all(&both.out);
+    let fan_outs: Vec<_> = report
+        .policies
+        .iter()
+        .map(|p| {
+            assert_eq!(p.goodput, 1.0, "light load, nothing refused: {p:?}");
+            let stages = &p.pipeline.as_ref().unwrap().stages;
+            let fanned = |i: usize| (stages[i].requests, stages[i].fan_out.clone());
+            (fanned(1), fanned(2))
+        })
+        .collect();
+    assert!(fan_outs[0].0 .1.as_ref().unwrap().max > 2, "{fan_outs:?}");
+    assert_eq!(fan_outs[0], fan_outs[1]);
 }
 
 /// The cascade runs its expensive model on about the fraction asked, never twice.

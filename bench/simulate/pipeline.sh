@@ -6,8 +6,8 @@
 # 99% of the roots within the objective in a 60 s run (found with CAPACITY_SWEEP=1).
 # reactive is left out: it never refuses, and at 1x its backlog grew until one 60 s run
 # had not finished after 6 minutes of CPU and 2 GB.
-# Each policy runs in its own process: the emulated fan-outs are drawn from the roots'
-# numbers, which are process-wide, so every policy sees the same draws this way.
+# Each policy runs in its own process (no longer needed: the fan-outs are drawn from each
+# root's number within its pipeline, the same in every runtime of one process).
 # Usage: bench/simulate/pipeline.sh [DURATION]
 source "$(dirname "$0")/common.sh"
 DURATION="${1:-1m}"

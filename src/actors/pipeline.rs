@@ -24,8 +24,11 @@ use crate::slopt::planner::Tuning;
 use crate::tensor::{check_tensors, Tensor};
 use crate::time::{Clock, Nanos};
 
-/// Root request ids, unique across pipelines: they are the controller's group ids.
-static NEXT_ROOT: AtomicU64 = AtomicU64::new(1);
+/// Root request ids, unique across pipelines and runtimes: they are the controller's
+/// group ids, and nothing else reads them (the fan-out seed is the root's number within
+/// its pipeline, so that a process running several runtimes, as `simulate` does for each
+/// policy, draws the same fan-outs in each).
+static NEXT_GROUP: AtomicU64 = AtomicU64::new(1);
 
 /// A pipeline's root request.
 #[derive(Debug, Message)]
@@ -44,7 +47,8 @@ pub struct RunPipeline {
 /// A root request's outputs.
 #[derive(Debug, Clone)]
 pub struct PipelineAnswer {
-    /// Its id (also the seed of emulated fan-outs).
+    /// Its number within its pipeline, from 1 in arrival order: the seed of its emulated
+    /// fan-outs.
     pub root: u64,
     /// The pipeline's outputs, in declared order.
     pub outputs: Vec<Tensor>,
@@ -54,6 +58,9 @@ pub struct PipelineAnswer {
     pub late: bool,
     /// Some stage's device only emulated its model.
     pub emulated: bool,
+    /// When the actor answered: where the caller's way back (encoding, the hop to its
+    /// HTTP worker) starts, which the front end learns.
+    pub answered: Nanos,
 }
 
 /// The one answer to a [`RunPipeline`]: outputs, or why not (the failing sub-request's
@@ -63,6 +70,8 @@ pub type PipelineResult = Result<PipelineAnswer, Failure>;
 /// A root request in flight.
 struct InFlight {
     run: Run,
+    /// The root's number within the pipeline (the seed of its emulated fan-outs).
+    number: u64,
     reply: oneshot::Sender<PipelineResult>,
     arrival: Nanos,
     due: Nanos,
@@ -81,6 +90,8 @@ pub struct PipelineActor {
     events: EventBus,
     stages: Vec<Addr<StageActor>>,
     runs: HashMap<u64, InFlight>,
+    /// Roots taken so far: the next one's number, less one.
+    taken: u64,
 }
 
 impl PipelineActor {
@@ -136,6 +147,7 @@ impl PipelineActor {
                 events,
                 stages,
                 runs: HashMap::new(),
+                taken: 0,
             }
         }
     }
@@ -191,23 +203,24 @@ impl PipelineActor {
         }
         if let Some(answer) = step.answer {
             if let Some(flight) = self.runs.remove(&id) {
-                self.answer(id, flight, answer);
+                self.answer(flight, answer);
             }
         }
     }
 
-    fn answer(&self, id: u64, flight: InFlight, answer: crate::pipeline::run::RootResult) {
+    fn answer(&self, flight: InFlight, answer: crate::pipeline::run::RootResult) {
         let now = self.clock.now();
         let late = now > flight.due;
         let (result, outcome, missing) = match answer {
             Ok(joined) => {
                 let missing = joined.missing.len();
                 let ok = PipelineAnswer {
-                    root: id,
+                    root: flight.number,
                     outputs: joined.outputs,
                     missing: joined.missing,
                     late,
                     emulated: flight.emulated,
+                    answered: now,
                 };
                 let outcome = if late { Outcome::Late } else { Outcome::Ok };
                 (Ok(ok), outcome, missing)
@@ -259,7 +272,8 @@ impl Handler<RunPipeline> for PipelineActor {
         });
         let arrival = edge.arrival.min(now);
         let due = arrival.saturating_add(request.slo.unwrap_or(self.pipeline.slo));
-        let id = NEXT_ROOT.fetch_add(1, Ordering::Relaxed);
+        let id = NEXT_GROUP.fetch_add(1, Ordering::Relaxed);
+        self.taken += 1;
         if let Some(Err(e)) = self.tuning.as_mut().map(|t| t.on_root(now)) {
             tracing::debug!(pipeline = %self.name, error = %e, "no plan fits; keeping the last");
         }
@@ -268,11 +282,12 @@ impl Handler<RunPipeline> for PipelineActor {
         let run = Run::new(
             Arc::clone(&self.pipeline),
             Arc::clone(&self.budget),
-            id,
+            self.taken,
             deadline,
         );
         let flight = InFlight {
             run,
+            number: self.taken,
             reply: request.reply,
             arrival,
             due,

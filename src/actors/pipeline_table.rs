@@ -2,7 +2,7 @@
 //! are validated against the registered models after them; a declaration that does not
 //! fit is refused alone, with its reason, like a broken model.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 
 use actix::{Actor, Addr, ArbiterHandle};
@@ -24,7 +24,15 @@ pub struct Served {
 
 /// The pipelines being served, shared by the runtime and the API.
 #[derive(Clone, Debug, Default)]
-pub struct PipelineTable(Arc<RwLock<BTreeMap<String, Arc<Served>>>>);
+pub struct PipelineTable(Arc<RwLock<Table>>);
+
+#[derive(Debug, Default)]
+struct Table {
+    served: BTreeMap<String, Arc<Served>>,
+    /// Pipelines the repository unloaded: their requests are answered as unavailable, as
+    /// an unloaded model's are, not as unknown.
+    unloaded: BTreeSet<String>,
+}
 
 impl PipelineTable {
     /// The pipeline of that name, if served.
@@ -32,25 +40,39 @@ impl PipelineTable {
         self.0
             .read()
             .unwrap_or_else(|e| e.into_inner())
+            .served
             .get(name)
             .cloned()
+    }
+
+    /// Whether `name` was served and the repository unloaded it (and it was not loaded
+    /// again since).
+    pub fn is_unloaded(&self, name: &str) -> bool {
+        let table = self.0.read().unwrap_or_else(|e| e.into_inner());
+        table.unloaded.contains(name)
     }
 
     /// Every pipeline served, by name.
     pub fn all(&self) -> Vec<Arc<Served>> {
         let table = self.0.read().unwrap_or_else(|e| e.into_inner());
-        table.values().cloned().collect()
+        table.served.values().cloned().collect()
     }
 
     fn insert(&self, served: Served) {
         let mut table = self.0.write().unwrap_or_else(|e| e.into_inner());
-        table.insert(served.pipeline.name.clone(), Arc::new(served));
+        table.unloaded.remove(&served.pipeline.name);
+        let name = served.pipeline.name.clone();
+        table.served.insert(name, Arc::new(served));
     }
 
     /// Stops serving `name` (a repository unload); whether it was served.
     pub fn remove(&self, name: &str) -> bool {
         let mut table = self.0.write().unwrap_or_else(|e| e.into_inner());
-        table.remove(name).is_some()
+        let served = table.served.remove(name).is_some();
+        if served {
+            table.unloaded.insert(name.to_owned());
+        }
+        served
     }
 }
 

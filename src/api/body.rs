@@ -203,3 +203,13 @@ pub(super) fn respond(
     let json = serde_json::to_vec(&response).unwrap_or_else(|_| b"{}".to_vec());
     binary::respond(json, binary)
 }
+
+/// A model's or a pipeline's answer, encoded, and what the front end learns from it.
+pub(super) struct Called {
+    pub(super) response: HttpResponse,
+    /// Where the way back starts (`Phase::Respond`): the end of the request's batch, or
+    /// the pipeline's answer (its last stage's batch done and joined).
+    pub(super) ended: Nanos,
+    /// Its batch's run time (`None` for a pipeline: its stages ran many batches).
+    pub(super) exec: Option<Nanos>,
+}

@@ -4,11 +4,12 @@
 //! A request's time starts when its head is parsed ([`stamp`], before routing and before
 //! the body is read), not when the controller admits it. The front end's own work
 //! (reading the body, waiting for a decoder, decoding, encoding the answer) is measured per
-//! model and phase ([`FrontTimes`]) and learned like any other estimate, so that the edge
+//! model or pipeline ([`FrontKey`]) and phase ([`FrontTimes`]) and learned like any other estimate, so that the edge
 //! can refuse before reading and the policy can finish early enough for the encoding.
 //! Decoding runs on a [`DecodePool`]: at most `threads` at once, at most `queue` waiting,
 //! and none waits past its deadline's slack.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -96,16 +97,24 @@ impl Stage {
     }
 }
 
+/// Whose front-end times a request counts in: a model's, or a pipeline's (its body,
+/// decoding and answer are the pipeline's, not its first stage's).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum FrontKey {
+    Model(ModelId),
+    Pipeline(Arc<str>),
+}
+
 /// Measurements kept per model and phase: enough to follow a change of body size or load.
 const WINDOW: usize = 100;
 /// The estimate is this percentile of the window, as the policy's are.
 const PERCENTILE: f64 = 99.0;
 
-/// Learned front-end durations, per model and phase.
+/// Learned front-end durations, per model or pipeline and phase.
 #[derive(Default)]
 pub struct FrontTimes {
-    /// Indexed by model id, then by `Phase as usize`; grows as models are seen.
-    models: Mutex<Vec<[Estimator; 4]>>,
+    /// By model or pipeline, then by `Phase as usize`; grows as they are seen.
+    models: Mutex<HashMap<FrontKey, [Estimator; 4]>>,
 }
 
 /// What the front end expects a request of a model to cost, per phase.
@@ -118,34 +127,35 @@ pub struct Expected {
 }
 
 impl FrontTimes {
-    /// Adds a measurement of `phase` for `model`.
-    pub fn observe(&self, model: ModelId, phase: Phase, took: Nanos) {
+    /// Adds a measurement of `phase` for `key`.
+    pub fn observe(&self, key: &FrontKey, phase: Phase, took: Nanos) {
         let mut models = self.models.lock().unwrap_or_else(|e| e.into_inner());
-        let at = model.0 as usize;
-        if models.len() <= at {
+        if !models.contains_key(key) {
             // Unknown until measured: an optimistic zero, replaced by the first measurement.
-            let fresh = || std::array::from_fn(|_| Estimator::new(0, WINDOW, PERCENTILE));
-            models.resize_with(at + 1, fresh);
+            let fresh = std::array::from_fn(|_| Estimator::new(0, WINDOW, PERCENTILE));
+            models.insert(key.clone(), fresh);
         }
-        models[at][phase as usize].observe(took);
+        if let Some(m) = models.get_mut(key) {
+            m[phase as usize].observe(took);
+        }
     }
 
     /// The best case of each phase in the window: what the pre-read check assumes, so that
     /// it refuses only requests that are hopeless even if the front end is as quick as it
     /// has recently been (one slow read must not refuse the next hundred requests).
-    pub fn least(&self, model: ModelId) -> Expected {
-        self.each_phase(model, Estimator::least)
+    pub fn least(&self, key: &FrontKey) -> Expected {
+        self.each_phase(key, Estimator::least)
     }
 
-    /// The current estimates for `model` (zeros before any measurement).
-    pub fn expected(&self, model: ModelId) -> Expected {
-        self.each_phase(model, Estimator::get)
+    /// The current estimates for `key` (zeros before any measurement).
+    pub fn expected(&self, key: &FrontKey) -> Expected {
+        self.each_phase(key, Estimator::get)
     }
 
-    /// `read` of each phase's estimator for `model` (zeros before any measurement).
-    fn each_phase(&self, model: ModelId, read: impl Fn(&Estimator) -> Nanos) -> Expected {
+    /// `read` of each phase's estimator for `key` (zeros before any measurement).
+    fn each_phase(&self, key: &FrontKey, read: impl Fn(&Estimator) -> Nanos) -> Expected {
         let models = self.models.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(m) = models.get(model.0 as usize) else {
+        let Some(m) = models.get(key) else {
             return Expected::default();
         };
         Expected {
@@ -230,32 +240,42 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    const M0: FrontKey = FrontKey::Model(ModelId(0));
+    const M1: FrontKey = FrontKey::Model(ModelId(1));
+
     #[test]
     fn the_pre_read_check_sees_the_best_recent_times() {
         let times = FrontTimes::default();
-        times.observe(ModelId(0), Phase::Read, 7);
-        times.observe(ModelId(0), Phase::Read, 50);
+        times.observe(&M0, Phase::Read, 7);
+        times.observe(&M0, Phase::Read, 50);
+        assert_eq!(times.expected(&M0).read, 50, "the p99 sets the slack");
         assert_eq!(
-            times.expected(ModelId(0)).read,
-            50,
-            "the p99 sets the slack"
-        );
-        assert_eq!(
-            times.least(ModelId(0)).read,
+            times.least(&M0).read,
             7,
             "one slow read is not the best case"
         );
     }
 
     #[test]
-    fn times_are_learned_per_model_and_phase() {
+    fn times_are_learned_per_model_or_pipeline_and_phase() {
         let times = FrontTimes::default();
-        assert_eq!(times.expected(ModelId(3)), Expected::default());
-        times.observe(ModelId(1), Phase::Decode, 7);
-        times.observe(ModelId(1), Phase::Respond, 2);
-        let e = times.expected(ModelId(1));
+        assert_eq!(
+            times.expected(&FrontKey::Model(ModelId(3))),
+            Expected::default()
+        );
+        times.observe(&M1, Phase::Decode, 7);
+        times.observe(&M1, Phase::Respond, 2);
+        let e = times.expected(&M1);
         assert_eq!((e.read, e.decode, e.respond), (0, 7, 2));
-        assert_eq!(times.expected(ModelId(0)), Expected::default());
+        assert_eq!(times.expected(&M0), Expected::default());
+        let pipeline = FrontKey::Pipeline("cascade".into());
+        times.observe(&pipeline, Phase::Decode, 9);
+        assert_eq!(times.expected(&pipeline).decode, 9);
+        assert_eq!(
+            times.expected(&M1).decode,
+            7,
+            "a pipeline's times are its own"
+        );
     }
 
     #[actix_web::test]

@@ -1,5 +1,9 @@
 //! `POST /v2/models/{model}[/versions/{version}]/infer`: HTTP in, one [`Infer`] to the
-//! controller, HTTP out.
+//! controller (or, for a pipeline, one root request to its actor), HTTP out.
+//!
+//! Models and pipelines take the same edge path ([`Front`]): arrival stamp, refusal
+//! before reading, reading within the slack, decoding on the pool, the learned phases,
+//! `Server-Timing`; only the call made of the decoded request differs ([`Target`]).
 //!
 //! Everything a client can get wrong is checked here or by the controller before the
 //! request is admitted, and answered with a 4xx naming the problem; nothing a client sends
@@ -13,15 +17,17 @@ use std::sync::Arc;
 
 use actix_web::http::header::{HeaderName, HeaderValue};
 
-use super::body::{decode_body, respond, Decoded, Wanted};
-use super::edge::{self, Expected, Phase, PoolError, Stage};
+use super::body::{decode_body, respond, Called, Decoded, Wanted};
+use super::edge::{self, Expected, FrontKey, Phase, PoolError, Stage};
 use super::error::{ApiError, ErrorBody};
 use super::metrics::Metrics;
 use super::models::Entry;
+use super::pipelines::pipeline_spec;
 use super::v2::{InferRequest, InferResponse, Parameters};
 use super::ApiState;
 use crate::actors::messages::{Edge, Infer, InferError, Inferred};
-use crate::model::ModelId;
+use crate::actors::pipeline_table::Served;
+use crate::model::{ModelId, ModelSpec};
 use crate::scheduler::view::{judge, Admission};
 use crate::time::Nanos;
 
@@ -95,23 +101,106 @@ pub(super) async fn run(
     request: &HttpRequest,
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    if let Some(served) = state.pipelines.get(model) {
-        return super::pipelines::infer(state, &served, version, request, body).await;
-    }
-    let entry = state.models.ready(model, version)?;
-    let front = Front::new(state, &entry, request);
+    let target = Target::find(state, model, version)?;
+    let front = Front::new(state, &target, request);
     front.admit_before_reading()?;
     let body = front.read(body).await?;
     let decoded = front.decode(request, body).await?;
-    let slo = decoded.slo.unwrap_or(entry.spec.slo);
+    let slo = decoded.slo.unwrap_or(target.spec().slo);
+    let edge = Edge {
+        arrival: front.arrival,
+        reserve: front.expected.respond,
+    };
+    let called = match &target {
+        Target::Model(entry) => call(state, entry, decoded, edge).await?,
+        Target::Pipeline { served, spec, .. } => {
+            super::pipelines::call(state, served, spec, decoded, edge).await?
+        }
+    };
+    front.took(Phase::Respond, called.ended);
+    let done = state.clock.now();
+    if done > front.arrival.saturating_add(slo) {
+        state.metrics.late_at_edge(&front.key);
+    }
+    Ok(with_server_timing(
+        called.response,
+        done.saturating_sub(front.arrival),
+        called.exec,
+    ))
+}
+
+/// What a request at a model's path is for.
+#[derive(Clone)]
+pub(super) enum Target {
+    Model(Arc<Entry>),
+    Pipeline {
+        served: Arc<Served>,
+        /// The pipeline described as a model: what its body decodes against.
+        spec: Arc<ModelSpec>,
+        /// Its name, the key of its front-end times and metrics.
+        name: Arc<str>,
+        /// The model of its first stage, whose admission view judges the request before
+        /// its body is read (`None`: left to the pipeline's stages).
+        first: Option<ModelId>,
+    },
+}
+
+impl Target {
+    /// The pipeline or the ready model of that name; an unloaded pipeline is unavailable,
+    /// as an unloaded model is.
+    fn find(state: &ApiState, name: &str, version: Option<&str>) -> Result<Self, ApiError> {
+        let Some(served) = state.pipelines.get(name) else {
+            super::pipelines::refuse_unloaded(state, name)?;
+            return Ok(Target::Model(state.models.ready(name, version)?));
+        };
+        super::pipelines::check_version(&served, version)?;
+        let p = &served.pipeline;
+        let first = p.roots().next().map(|s| p.stages[s].model.as_str());
+        let first = first.and_then(|m| state.models.find(m, None).ok());
+        Ok(Target::Pipeline {
+            spec: Arc::new(pipeline_spec(p)),
+            name: p.name.as_str().into(),
+            first: first.map(|e| e.id),
+            served,
+        })
+    }
+
+    /// What its body decodes against.
+    fn spec(&self) -> &ModelSpec {
+        match self {
+            Target::Model(entry) => &entry.spec,
+            Target::Pipeline { spec, .. } => spec,
+        }
+    }
+
+    fn key(&self) -> FrontKey {
+        match self {
+            Target::Model(entry) => FrontKey::Model(entry.id),
+            Target::Pipeline { name, .. } => FrontKey::Pipeline(Arc::clone(name)),
+        }
+    }
+
+    /// Whose admission view judges it before reading.
+    fn view(&self) -> Option<ModelId> {
+        match self {
+            Target::Model(entry) => Some(entry.id),
+            Target::Pipeline { first, .. } => *first,
+        }
+    }
+}
+
+/// A decoded request to a model: one [`Infer`] to the controller, its answer encoded.
+async fn call(
+    state: &ApiState,
+    entry: &Arc<Entry>,
+    decoded: Decoded,
+    edge: Edge,
+) -> Result<Called, ApiError> {
     let message = Infer {
         model: entry.spec.name.clone(),
         inputs: decoded.inputs,
         slo: decoded.slo,
-        edge: Some(Edge {
-            arrival: front.arrival,
-            reserve: front.expected.respond,
-        }),
+        edge: Some(edge),
         root: None,
     };
     let waiting = Waiting::new(&state.metrics, entry.id);
@@ -122,51 +211,48 @@ pub(super) async fn run(
     state.metrics.success(entry.id, &inferred);
     let started = state.clock.now();
     let parsed = &decoded.request;
-    let outputs = &decoded.outputs;
     let response = encode(
-        &entry,
+        entry,
         parsed.id.clone(),
         &inferred,
-        outputs,
+        &decoded.outputs,
         decoded.batched,
         decoded.slo,
     );
-    // From the end of the batch (same clock): the way back costs time too.
-    front.took(Phase::Respond, inferred.timing.exec.end.min(started));
-    let done = state.clock.now();
-    if done > front.arrival.saturating_add(slo) {
-        state.metrics.late_at_edge(entry.id);
-    }
-    Ok(with_server_timing(
+    Ok(Called {
         response,
-        done.saturating_sub(front.arrival),
-        inferred.timing.exec.duration,
-    ))
+        // From the end of the batch (same clock): the way back costs time too.
+        ended: inferred.timing.exec.end.min(started),
+        exec: Some(inferred.timing.exec.duration),
+    })
 }
 
-/// One request as the front end sees it: its arrival, the model's learned front-end
-/// costs, and each step that may refuse it before the controller does.
+/// One request as the front end sees it: its arrival, the learned front-end costs of its
+/// model or pipeline, and each step that may refuse it before the controller does.
 struct Front<'a> {
     state: &'a ApiState,
-    entry: &'a Arc<Entry>,
+    target: &'a Target,
+    key: FrontKey,
     arrival: Nanos,
     expected: Expected,
     /// The deadline the front end works to before the body says otherwise: the model's
-    /// objective (a request's own `slo_ms` is inside the body), less the way back
-    /// (`Phase::Respond`).
+    /// or pipeline's objective (a request's own `slo_ms` is inside the body), less the
+    /// way back (`Phase::Respond`).
     deadline: Nanos,
 }
 
 impl<'a> Front<'a> {
-    fn new(state: &'a ApiState, entry: &'a Arc<Entry>, request: &HttpRequest) -> Self {
+    fn new(state: &'a ApiState, target: &'a Target, request: &HttpRequest) -> Self {
         let arrival = edge::arrival(request, &state.clock);
-        let expected = state.front.expected(entry.id);
+        let key = target.key();
+        let expected = state.front.expected(&key);
         let deadline = arrival
-            .saturating_add(entry.spec.slo)
+            .saturating_add(target.spec().slo)
             .saturating_sub(expected.respond);
         Self {
             state,
-            entry,
+            target,
+            key,
             arrival,
             expected,
             deadline,
@@ -174,9 +260,9 @@ impl<'a> Front<'a> {
     }
 
     fn refuse(&self, stage: Stage, retry_after: Nanos) -> ApiError {
-        self.state.metrics.refused_at_edge(self.entry.id, stage);
+        self.state.metrics.refused_at_edge(&self.key, stage);
         ApiError::Early {
-            model: self.entry.spec.name.clone(),
+            model: self.target.spec().name.clone(),
             stage,
             retry_after_s: retry_after.div_ceil(1_000_000_000).max(1),
         }
@@ -189,14 +275,15 @@ impl<'a> Front<'a> {
 
     /// Learns and shows the time a phase took.
     fn record(&self, phase: Phase, took: Nanos) {
-        self.state.front.observe(self.entry.id, phase, took);
-        self.state.metrics.front(self.entry.id, phase, took);
+        self.state.front.observe(&self.key, phase, took);
+        self.state.metrics.front(&self.key, phase, took);
     }
 
-    /// Refuses, from the controller's last view of the model, a request it cannot serve.
+    /// Refuses, from the controller's last view of the model (a pipeline's first stage),
+    /// a request it cannot serve by the model's (the pipeline's) deadline.
     fn admit_before_reading(&self) -> Result<(), ApiError> {
-        let e = self.state.front.least(self.entry.id);
-        let view = self.state.admission.get(self.entry.id);
+        let e = self.state.front.least(&self.key);
+        let view = self.target.view().and_then(|m| self.state.admission.get(m));
         let now = self.state.clock.now();
         let ahead = e.read + e.wait + e.decode;
         match judge(view.as_ref(), now, ahead, self.deadline) {
@@ -229,13 +316,13 @@ impl<'a> Front<'a> {
         let started = self.state.clock.now();
         let until = self.deadline.saturating_sub(self.expected.decode);
         let slack = self.state.clock.until(until);
-        let (entry, headers) = (Arc::clone(self.entry), request.headers().clone());
+        let (target, headers) = (self.target.clone(), request.headers().clone());
         let state = self.state;
         let clock = state.clock;
         let small = body.len() <= edge::INLINE_DECODE_BYTES;
         let job = move || {
             let begun = clock.now();
-            (begun, decode_body(&entry.spec, &headers, body))
+            (begun, decode_body(target.spec(), &headers, body))
         };
         let (begun, decoded) = match state.decoders.run(slack, small, job).await {
             Ok(done) => done,
@@ -274,11 +361,18 @@ impl Drop for Waiting<'_> {
 
 /// Tells the client, in the standard `Server-Timing` header, how long the server held the
 /// request (`edge`: from its head being read to its answer encoded) and how long its batch
-/// ran (`exec`), in milliseconds: a client that sees an answer late can tell whether the
+/// ran (`exec`, a model's requests only), in milliseconds: a client that sees an answer late can tell whether the
 /// time went inside the server or before and after it (network, its own queues).
-fn with_server_timing(mut response: HttpResponse, edge: Nanos, exec: Nanos) -> HttpResponse {
+fn with_server_timing(
+    mut response: HttpResponse,
+    edge: Nanos,
+    exec: Option<Nanos>,
+) -> HttpResponse {
     let ms = |t: Nanos| t as f64 / 1e6;
-    let value = format!("edge;dur={:.3}, exec;dur={:.3}", ms(edge), ms(exec));
+    let mut value = format!("edge;dur={:.3}", ms(edge));
+    if let Some(exec) = exec {
+        value.push_str(&format!(", exec;dur={:.3}", ms(exec)));
+    }
     if let Ok(value) = HeaderValue::from_str(&value) {
         response.headers_mut().insert(SERVER_TIMING, value);
     }

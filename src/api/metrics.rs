@@ -18,7 +18,7 @@ use prometheus::{
 };
 use tokio::sync::broadcast::{self, error::RecvError};
 
-use super::edge::{Phase, Stage};
+use super::edge::{FrontKey, Phase, Stage};
 use super::error::ApiError;
 use super::ApiState;
 use crate::actors::messages::Inferred;
@@ -322,30 +322,46 @@ impl Metrics {
         }
     }
 
-    /// Time the front end spent on one phase of a request of `model`.
-    pub fn front(&self, model: ModelId, phase: Phase, took: Nanos) {
-        if let Some(m) = self.model(model) {
-            self.front
-                .with_label_values(&[m.name.as_str(), phase.as_str()])
-                .observe(seconds(took));
+    /// Calls `f` with the `model` label of the front end's series (a model's name, or a
+    /// pipeline's: pipelines are served at the models' paths) and, for a model, its series.
+    fn front_series(&self, key: &FrontKey, f: impl FnOnce(&str, Option<&PerModel>)) {
+        match key {
+            FrontKey::Model(id) => {
+                if let Some(m) = self.model(*id) {
+                    f(m.name.as_str(), Some(&m));
+                }
+            }
+            FrontKey::Pipeline(name) => f(name, None),
         }
     }
 
-    /// A request the front end refused on its own (the controller never saw it).
-    pub fn refused_at_edge(&self, model: ModelId, stage: Stage) {
-        if let Some(m) = self.model(model) {
-            m.failure.inc();
+    /// Time the front end spent on one phase of a request of `key`.
+    pub fn front(&self, key: &FrontKey, phase: Phase, took: Nanos) {
+        self.front_series(key, |name, _| {
+            self.front
+                .with_label_values(&[name, phase.as_str()])
+                .observe(seconds(took));
+        });
+    }
+
+    /// A request the front end refused on its own (the controller never saw it; for a
+    /// pipeline, neither did its actor, so its root outcomes do not count it).
+    pub fn refused_at_edge(&self, key: &FrontKey, stage: Stage) {
+        self.front_series(key, |name, model| {
+            if let Some(m) = model {
+                m.failure.inc();
+            }
             self.edge_refusals
-                .with_label_values(&[m.name.as_str(), stage.as_str()])
+                .with_label_values(&[name, stage.as_str()])
                 .inc();
-        }
+        });
     }
 
     /// An answer that left after its deadline counted from the edge.
-    pub fn late_at_edge(&self, model: ModelId) {
-        if let Some(m) = self.model(model) {
-            self.edge_late.with_label_values(&[m.name.as_str()]).inc();
-        }
+    pub fn late_at_edge(&self, key: &FrontKey) {
+        self.front_series(key, |name, _| {
+            self.edge_late.with_label_values(&[name]).inc();
+        });
     }
 
     fn answered(&self, event: &RequestAnswered) {

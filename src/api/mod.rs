@@ -162,10 +162,10 @@ impl ApiState {
             .into_iter()
             .filter(|name| !self.models.contains(name) && self.pipelines.get(name).is_none())
             .map(|name| {
-                let reason = refused
-                    .get(&name)
-                    .cloned()
-                    .unwrap_or_else(|| "not loaded".to_owned());
+                let reason = refused.get(&name).cloned().unwrap_or_else(|| {
+                    let unloaded = self.pipelines.is_unloaded(&name);
+                    if unloaded { "unloaded" } else { "not loaded" }.to_owned()
+                });
                 (name, reason)
             })
             .collect()

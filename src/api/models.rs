@@ -344,6 +344,7 @@ pub(super) async fn ready(
         pipeline_ready(&state, &served, None).await?;
         return Ok(HttpResponse::Ok().finish());
     }
+    pipelines::refuse_unloaded(&state, &path)?;
     let entry = state.models.ready(&path, None)?;
     servable(&state, &entry).await?;
     Ok(HttpResponse::Ok().finish())
@@ -366,6 +367,7 @@ pub(super) async fn version_ready(
         pipeline_ready(&state, &served, Some(&version)).await?;
         return Ok(HttpResponse::Ok().finish());
     }
+    pipelines::refuse_unloaded(&state, &model)?;
     let entry = state.models.ready(&model, Some(&version))?;
     servable(&state, &entry).await?;
     Ok(HttpResponse::Ok().finish())

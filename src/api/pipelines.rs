@@ -1,16 +1,15 @@
 //! Pipelines at the models' paths (`/v2/models/{pipeline}/...`): the model routes find a
 //! pipeline's name in the `PipelineTable` first and come here. Its requests go to its
-//! pipeline actor (`crate::actors::pipeline`) through the same body codec as a model's
-//! (`body.rs`); metadata describe it as a model of platform `ensemble`; `config` is
+//! pipeline actor (`crate::actors::pipeline`) through the same front end as a model's
+//! (`infer.rs`: the edge's refusals, reading, the decode pool, the learned phases); metadata describe it as a model of platform `ensemble`; `config` is
 //! Triton's ensemble form, so Triton's clients read it; `ready` is the models' (every
 //! stage model ready, `models.rs`).
 
 use std::collections::BTreeMap;
 
-use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::{json, Value};
 
-use super::body::{decode_body, respond};
+use super::body::{respond, Called, Decoded};
 use super::error::ApiError;
 use super::v2::Parameters;
 use super::ApiState;
@@ -55,36 +54,34 @@ pub(super) fn check_version(served: &Served, version: Option<&str>) -> Result<()
     }
 }
 
-/// `POST /v2/models/{pipeline}/infer`.
-pub(super) async fn infer(
+/// A pipeline the repository unloaded is unavailable (503), as an unloaded model is, not
+/// unknown; any other name passes.
+pub(super) fn refuse_unloaded(state: &ApiState, name: &str) -> Result<(), ApiError> {
+    if state.pipelines.is_unloaded(name) {
+        return Err(ApiError::ModelUnavailable(name.to_owned()));
+    }
+    Ok(())
+}
+
+/// A decoded request to a pipeline (`POST /v2/models/{pipeline}/infer`, through the same
+/// front end as a model's, `infer.rs`): one root request to its actor, the answer encoded.
+pub(super) async fn call(
     state: &ApiState,
     served: &Served,
-    version: Option<&str>,
-    request: &HttpRequest,
-    body: web::Payload,
-) -> Result<HttpResponse, ApiError> {
-    check_version(served, version)?;
-    let arrival = super::edge::arrival(request, &state.clock);
-    let limit = state.settings.max_body_bytes;
-    let bytes = body
-        .to_bytes_limited(limit)
-        .await
-        .map_err(|_| ApiError::PayloadTooLarge { limit })?
-        .map_err(|e| ApiError::InvalidBody(e.to_string()))?;
-    let spec = pipeline_spec(&served.pipeline);
-    let decoded = decode_body(&spec, request.headers(), bytes)?;
+    spec: &ModelSpec,
+    decoded: Decoded,
+    edge: Edge,
+) -> Result<Called, ApiError> {
     let (reply, answer) = tokio::sync::oneshot::channel();
     served.actor.do_send(RunPipeline {
         inputs: decoded.inputs,
         slo: decoded.slo,
-        edge: Some(Edge {
-            arrival,
-            reserve: 0,
-        }),
+        edge: Some(edge),
         reply,
     });
     let answer = answer.await.map_err(|_| InferError::ShuttingDown)?;
     let answer = answer.map_err(failure_error)?;
+    let started = state.clock.now();
     let slo = decoded.slo.unwrap_or(served.pipeline.slo);
     let parameters = Parameters::from_iter([
         ("emulated".to_owned(), Value::Bool(answer.emulated)),
@@ -92,14 +89,19 @@ pub(super) async fn infer(
         ("slo_ms".to_owned(), (slo as f64 / 1e6).into()),
         ("missing".to_owned(), json!(answer.missing)),
     ]);
-    Ok(respond(
-        &spec,
+    let response = respond(
+        spec,
         decoded.request.id.clone(),
         &answer.outputs,
         &decoded.outputs,
         decoded.batched,
         parameters,
-    ))
+    );
+    Ok(Called {
+        response,
+        ended: answer.answered.min(started),
+        exec: None,
+    })
 }
 
 /// A failed root as the API's one error type, by its outcome.

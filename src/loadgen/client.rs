@@ -1,7 +1,10 @@
 //! One HTTP inference, as the load generator sends it and times it.
 //!
-//! Requests are prepared once per model (binary tensor extension, zero-filled inputs of
-//! the model's shapes, binary outputs), so sending costs one copy of a shared buffer.
+//! Requests are prepared once per model (binary tensor extension, inputs of the model's
+//! shapes, binary outputs), so sending costs one copy of a shared buffer. FP32 inputs are
+//! seeded random values, uniform in [-1, 1), in [`VARIANTS`] bodies sent in turn: a
+//! pipeline's data-dependent fan-out then spreads as it does on real inputs (zero-filled
+//! images made every zoo detector crop pass); other datatypes are zero-filled.
 
 use std::time::Duration;
 
@@ -10,6 +13,8 @@ use awc::Client;
 use serde_json::{json, Value};
 
 use actix_web::web::Bytes;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 use crate::api::HEADER_LENGTH;
 use crate::model::DataType;
@@ -33,26 +38,42 @@ pub struct Prepared {
     pub url: String,
     /// The JSON header's inputs, for requests that need their own header.
     inputs: Value,
-    /// The binary input data after the header.
-    data: Vec<u8>,
-    /// The whole body without request parameters but `binary_data_output`.
+    /// The binary input data after the header, one per variant.
+    data: Vec<Vec<u8>>,
+    /// The whole body's header without request parameters but `binary_data_output`.
     header_length: usize,
-    body: Bytes,
+    /// The whole bodies, one per variant.
+    bodies: Vec<Bytes>,
 }
 
+/// Input bodies prepared per model, sent in turn.
+pub const VARIANTS: usize = 64;
+
 impl Prepared {
-    /// Header length and body, with `slo` as the request's `slo_ms` if given.
-    fn body(&self, slo: Option<Nanos>) -> (usize, Bytes) {
+    /// Header length and body of the `n`-th request (its variant `n % VARIANTS`), with
+    /// `slo` as the request's `slo_ms` if given.
+    fn body(&self, slo: Option<Nanos>, n: u64) -> (usize, Bytes) {
+        let variant = (n % self.bodies.len() as u64) as usize;
         let Some(slo) = slo else {
-            return (self.header_length, self.body.clone());
+            return (self.header_length, self.bodies[variant].clone());
         };
         let header = json!({"inputs": self.inputs, "parameters":
             {"binary_data_output": true, "slo_ms": slo as f64 / 1e6}});
         let mut body = header.to_string().into_bytes();
         let length = body.len();
-        body.extend_from_slice(&self.data);
+        body.extend_from_slice(&self.data[variant]);
         (length, body.into())
     }
+}
+
+/// `size` bytes of input: FP32 values uniform in [-1, 1) from `rng`, else zeros.
+fn input_data(datatype: DataType, size: usize, rng: &mut StdRng) -> Vec<u8> {
+    if datatype != DataType::Fp32 {
+        return vec![0; size];
+    }
+    (0..size / 4)
+        .flat_map(|_| rng.random_range(-1.0f32..1.0).to_le_bytes())
+        .collect()
 }
 
 /// Label of an answer the client could not read at all (connection, timeout, body).
@@ -138,8 +159,14 @@ pub async fn ready_models(client: &Client, base: &str) -> Result<Vec<String>, Cl
         .collect())
 }
 
-/// Reads a model's metadata and prepares a zero-filled binary request for it.
-pub async fn prepare(client: &Client, base: &str, model: &str) -> Result<Prepared, ClientError> {
+/// Reads a model's metadata and prepares its binary requests ([`VARIANTS`] of them, FP32
+/// inputs drawn from `seed`).
+pub async fn prepare(
+    client: &Client,
+    base: &str,
+    model: &str,
+    seed: u64,
+) -> Result<Prepared, ClientError> {
     let url = format!("{base}/v2/models/{model}");
     let metadata = get_json(client, &url, false).await?;
     let bad = |message: String| ClientError::Answer {
@@ -147,12 +174,14 @@ pub async fn prepare(client: &Client, base: &str, model: &str) -> Result<Prepare
         message,
     };
     let mut inputs = Vec::new();
-    let mut data = Vec::new();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut data = vec![Vec::new(); VARIANTS];
     for input in metadata["inputs"].as_array().into_iter().flatten() {
         let name = input["name"].as_str().unwrap_or_default();
         let datatype = input["datatype"].as_str().unwrap_or_default();
-        let element = serde_json::from_value::<DataType>(Value::from(datatype))
-            .map_err(|_| bad(format!("input '{name}' has unknown datatype {datatype}")))?
+        let typed = serde_json::from_value::<DataType>(Value::from(datatype))
+            .map_err(|_| bad(format!("input '{name}' has unknown datatype {datatype}")))?;
+        let element = typed
             .size()
             // A BYTES element: an empty string, its 4-byte length prefix.
             .unwrap_or(4);
@@ -164,28 +193,32 @@ pub async fn prepare(client: &Client, base: &str, model: &str) -> Result<Prepare
             .map(|d| d.as_i64().map_or(1, |d| d.max(1) as u64))
             .collect();
         let size = shape.iter().product::<u64>() as usize * element;
-        data.resize(data.len() + size, 0u8);
+        for variant in &mut data {
+            variant.extend(input_data(typed, size, &mut rng));
+        }
         inputs.push(json!({"name": name, "shape": shape, "datatype": datatype,
                            "parameters": {"binary_data_size": size}}));
     }
     let inputs = Value::from(inputs);
     let header = json!({"inputs": inputs, "parameters": {"binary_data_output": true}});
-    let mut body = header.to_string().into_bytes();
-    let header_length = body.len();
-    body.extend_from_slice(&data);
+    let header = header.to_string().into_bytes();
+    let bodies = data
+        .iter()
+        .map(|d| Bytes::from([&header[..], d].concat()))
+        .collect();
     Ok(Prepared {
         model: model.to_owned(),
         url: format!("{base}/v2/models/{model}/infer"),
         inputs,
         data,
-        header_length,
-        body: body.into(),
+        header_length: header.len(),
+        bodies,
     })
 }
 
-/// Sends one prepared request, with `slo` as its objective if given.
-pub async fn send(client: &Client, request: &Prepared, slo: Option<Nanos>) -> Sent {
-    let (header_length, body) = request.body(slo);
+/// Sends the `n`-th request of a prepared model, with `slo` as its objective if given.
+pub async fn send(client: &Client, request: &Prepared, slo: Option<Nanos>, n: u64) -> Sent {
+    let (header_length, body) = request.body(slo, n);
     let sent = client
         .post(&request.url)
         .insert_header((CONTENT_TYPE, "application/octet-stream"))
@@ -219,6 +252,49 @@ pub async fn send(client: &Client, request: &Prepared, slo: Option<Nanos>) -> Se
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn fp32_inputs_are_seeded_and_spread_and_others_zero() {
+        let draw = |seed| input_data(DataType::Fp32, 4 * 200, &mut StdRng::seed_from_u64(seed));
+        assert_eq!(draw(1), draw(1), "seeded");
+        assert_ne!(draw(1), draw(2));
+        let values: Vec<f32> = draw(1)
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        assert!(values.iter().all(|v| (-1.0..1.0).contains(v)));
+        let (least, most) = values
+            .iter()
+            .fold((1.0f32, -1.0f32), |(l, m), &v| (l.min(v), m.max(v)));
+        assert!(
+            least < -0.9 && most > 0.9,
+            "uniform over [-1, 1): {least}..{most}"
+        );
+        let mut rng = StdRng::seed_from_u64(1);
+        assert_eq!(input_data(DataType::Int32, 8, &mut rng), vec![0; 8]);
+    }
+
+    #[test]
+    fn requests_take_the_variants_in_turn() {
+        let prepared = Prepared {
+            model: "m".into(),
+            url: "u".into(),
+            inputs: json!([]),
+            data: vec![vec![1], vec![2]],
+            header_length: 2,
+            bodies: vec![Bytes::from_static(b"{}\x01"), Bytes::from_static(b"{}\x02")],
+        };
+        let body = |n| prepared.body(None, n).1;
+        assert_ne!(body(0), body(1));
+        assert_eq!(body(0), body(2));
+        let (length, with_slo) = prepared.body(Some(5_000_000), 1);
+        assert_eq!(
+            with_slo.last(),
+            Some(&2),
+            "the same variant with its own header"
+        );
+        assert!(String::from_utf8_lossy(&with_slo[..length]).contains("slo_ms"));
+    }
 
     #[test]
     fn error_types_are_read_as_outcomes_and_unknown_ones_kept_by_name() {

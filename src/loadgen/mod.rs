@@ -108,13 +108,14 @@ async fn one(sender: Sender, arrival: Arrival) {
         start,
     } = sender;
     let at = since(start);
-    {
+    let n = {
         let mut t = tally.borrow_mut();
         t.sent += 1;
         t.recorder.offered(at);
-    }
+        t.sent
+    };
     let request = &requests[arrival.model as usize % requests.len()];
-    let outcome = send(&http, request, arrival.slo).await;
+    let outcome = send(&http, request, arrival.slo, n).await;
     record(&tally, at, since(start), outcome);
 }
 
@@ -136,8 +137,9 @@ pub async fn run(args: LoadgenArgs) -> Result<Report, LoadgenError> {
         args.models.clone()
     };
     let mut requests = Vec::new();
-    for name in &names {
-        requests.push(prepare(&http, &base, name).await?);
+    for (k, name) in names.iter().enumerate() {
+        let seed = args.params.seed.wrapping_add(k as u64);
+        requests.push(prepare(&http, &base, name, seed).await?);
     }
     let mut params = args.params.clone();
     params.models = names.len() as u32;

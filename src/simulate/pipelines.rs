@@ -8,8 +8,9 @@
 //!   devices the number of each is drawn from a seeded distribution (`--fanout-mean`,
 //!   `--fanout-var`), the same for both branches.
 //! - `cascade`: a conditional two-model cascade. A cheap classifier answers every image
-//!   and says how unsure it is; the expensive one runs only when it is unsure, on a
-//!   fraction `--escalate` of the images (a draw of 0 or 1 per image).
+//!   and says how unsure it is; the expensive one runs only when it is unsure, on the
+//!   image's features ([512]), for a fraction `--escalate` of the images (a draw of 0 or 1
+//!   per image).
 
 use std::fmt::{self, Write as _};
 use std::str::FromStr;
@@ -156,7 +157,7 @@ const CASCADE: &[Stage] = &[
             score: "doubt",
             min: 0.5,
         },
-        input_map: &[("image", "escalate")],
+        input_map: &[("features", "escalate")],
         output_map: &[("probs", "careful")],
     },
 ];
