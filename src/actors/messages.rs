@@ -58,6 +58,17 @@ pub struct Withdraw {
     pub group: GroupId,
 }
 
+/// Asks the policy to keep at least `replicas` replicas of the model named `model`
+/// (`Policy::set_replica_floor`): a pipeline's planner sends its stages' replica targets,
+/// foreseen from the roots' rate, so that LOADs start before the stage's traffic does. An
+/// unknown name is ignored (the model was unloaded meanwhile).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct SetReplicaFloor {
+    pub model: String,
+    pub replicas: u32,
+}
+
 /// Where a request's time started, for callers with work of their own around the
 /// controller's (the HTTP front end reads and decodes before, encodes after): the
 /// deadline counts from `arrival`, and the policy plans to finish `reserve` before it.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
-use super::messages::{Edge, GroupId, Root};
+use super::messages::{Edge, GroupId, Root, SetReplicaFloor};
 use super::pipeline_stage::{StageActor, StageDone, StageParts, StageWork, WithdrawRoot};
 use super::Controller;
 use crate::events::{self, Event, EventBus};
@@ -92,6 +92,10 @@ pub struct PipelineActor {
     runs: HashMap<u64, InFlight>,
     /// Roots taken so far: the next one's number, less one.
     taken: u64,
+    /// Where the tuned plan's replica targets go (`SetReplicaFloor`).
+    controller: Addr<Controller>,
+    /// The replica floor last asked for, per stage model (in the order of `floor_models`).
+    floors: Vec<u32>,
 }
 
 impl PipelineActor {
@@ -148,6 +152,8 @@ impl PipelineActor {
                 stages,
                 runs: HashMap::new(),
                 taken: 0,
+                controller,
+                floors: Vec::new(),
             }
         }
     }
@@ -160,6 +166,37 @@ impl PipelineActor {
         self.budget = tuning.budget();
         self.tuning = Some(tuning);
         self
+    }
+
+    /// Tells the controller the tuned plan's replica targets that changed, summed per
+    /// model (two stages may run the same model), so that placement loads them ahead of
+    /// the stages' traffic.
+    fn send_floors(&mut self) {
+        let Some(tuning) = &self.tuning else {
+            return;
+        };
+        let targets = tuning.planner().targets();
+        let models = floor_models(&self.pipeline);
+        let wanted: Vec<u32> = models
+            .iter()
+            .map(|model| {
+                let stages = self.pipeline.stages.iter().zip(targets);
+                stages
+                    .filter(|(s, _)| &s.model == model)
+                    .map(|(_, &n)| n)
+                    .sum()
+            })
+            .collect();
+        if wanted == self.floors {
+            return;
+        }
+        for (i, (model, &replicas)) in models.iter().zip(&wanted).enumerate() {
+            if self.floors.get(i) != Some(&replicas) {
+                let model = model.clone();
+                self.controller.do_send(SetReplicaFloor { model, replicas });
+            }
+        }
+        self.floors = wanted;
     }
 
     /// Carries out one step of root `id`'s run.
@@ -277,6 +314,7 @@ impl Handler<RunPipeline> for PipelineActor {
         if let Some(Err(e)) = self.tuning.as_mut().map(|t| t.on_root(now)) {
             tracing::debug!(pipeline = %self.name, error = %e, "no plan fits; keeping the last");
         }
+        self.send_floors();
         // The stages plan to finish early enough for the caller's work after the answer.
         let deadline = due.saturating_sub(edge.reserve);
         let run = Run::new(
@@ -331,4 +369,15 @@ impl Handler<StageDone> for PipelineActor {
         let step = flight.run.on_answer(done.sub, result, now);
         self.apply(id, step);
     }
+}
+
+/// The distinct models of a pipeline's stages, in stage order.
+fn floor_models(pipeline: &Pipeline) -> Vec<String> {
+    let mut models: Vec<String> = Vec::new();
+    for stage in &pipeline.stages {
+        if !models.contains(&stage.model) {
+            models.push(stage.model.clone());
+        }
+    }
+    models
 }

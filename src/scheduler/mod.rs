@@ -213,6 +213,12 @@ pub trait Policy {
     /// device time. Returns false, and changes nothing, when it is no longer queued (in a
     /// batch, or answered): it then gets its answer as usual.
     fn withdraw(&mut self, request: RequestId, model: ModelId, plan: &mut Plan) -> bool;
+    /// Keeps at least `replicas` replicas of `model` loaded or loading (while devices
+    /// allow), whatever its own arrival rate says: a planner that foresees its load (a
+    /// pipeline's downstream stage, from the rate of root requests) asks ahead of the
+    /// traffic, since a LOAD takes time. 0 removes the floor. Policies without placement
+    /// ignore it.
+    fn set_replica_floor(&mut self, _model: ModelId, _replicas: u32) {}
     /// Plans what the devices should do next.
     fn schedule(&mut self, now: Nanos, plan: &mut Plan);
     /// When `schedule` should next be called even if nothing happens.

@@ -88,6 +88,18 @@ impl Handler<Withdraw> for Controller {
     }
 }
 
+impl Handler<SetReplicaFloor> for Controller {
+    type Result = ();
+
+    fn handle(&mut self, floor: SetReplicaFloor, ctx: &mut Context<Self>) {
+        let Some(model) = self.parts.registry.catalog().id(&floor.model) else {
+            return;
+        };
+        self.parts.policy.set_replica_floor(model, floor.replicas);
+        self.step(ctx);
+    }
+}
+
 impl Handler<ActionReport> for Controller {
     type Result = ();
 

@@ -14,8 +14,8 @@ use tokio::sync::oneshot;
 use super::admission::AdmissionTable;
 use super::messages::{
     ActionReport, ControllerSnapshot, Drain, Edge, Execute, GroupId, Infer, InferError,
-    InferResult, Inferred, RegisterError, RegisterModel, RequestTiming, SnapshotController, Submit,
-    Withdraw,
+    InferResult, Inferred, RegisterError, RegisterModel, RequestTiming, SetReplicaFloor,
+    SnapshotController, Submit, Withdraw,
 };
 use super::registry::{Candidate, Registry};
 use super::watchdog::{GivenUp, Settled, Watchdog};

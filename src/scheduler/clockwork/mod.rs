@@ -117,6 +117,8 @@ struct ModelState {
     missed: u64,
     /// Its arrivals (admitted or refused at once), for the replicas its rate needs.
     rate: RateMeter,
+    /// Replicas a planner asked for ahead of its traffic (`Policy::set_replica_floor`).
+    floor: u32,
 }
 
 /// An action sent and not yet reported.
@@ -288,6 +290,7 @@ impl Policy for ClockworkPolicy {
             measured_at: 0,
             missed: 0,
             rate: RateMeter::default(),
+            floor: 0,
         });
         // Registered and on no device: a candidate for loading into free pages.
         self.rerank(id);
@@ -320,6 +323,16 @@ impl Policy for ClockworkPolicy {
             Work::Infer { .. } => self.observe_infer(outcome.action, flight, outcome.result, plan),
             Work::Load => self.observe_load(flight, outcome.result),
             Work::Unload => {}
+        }
+    }
+
+    fn set_replica_floor(&mut self, model: ModelId, replicas: u32) {
+        let Some(m) = self.models.get_mut(model.0 as usize) else {
+            return;
+        };
+        if m.floor != replicas {
+            m.floor = replicas;
+            self.rerank(model);
         }
     }
 

@@ -6,7 +6,8 @@
 //! 2. `Rate`: its measured arrival rate needs more replicas than it has: its offered
 //!    device load (rate times per-request device time at the batch that rate fills)
 //!    over the target utilisation, at least one while it has traffic, at most the devices
-//!    allowed to hold it. Worth a LOAD even if the LOAD outlasts every objective: it is
+//!    allowed to hold it; or a planner's floor asks for more (`set_replica_floor`: the
+//!    rate it foresees). Worth a LOAD even if the LOAD outlasts every objective: it is
 //!    for the requests that will come.
 //! 3. `Preload`: registered, no traffic in the window and on no device: loaded into free
 //!    pages only (never by eviction), so that a model is servable before its first request.
@@ -75,14 +76,17 @@ impl ClockworkPolicy {
         self.needed_for(model, self.offered(model, now))
     }
 
-    /// Replicas an offered load (from [`Self::offered`]) needs.
+    /// Replicas an offered load (from [`Self::offered`]) needs, and at least the model's
+    /// floor; never more than the devices allowed to hold it.
     fn needed_for(&self, model: ModelId, offered: f64) -> u32 {
-        if offered <= 0.0 {
-            return 0;
-        }
         let m = &self.models[model.0 as usize];
         let allowed = m.info.devices.as_ref().map_or(self.devices.len(), Vec::len);
-        (offered.ceil() as u32).clamp(1, allowed.max(1) as u32)
+        let by_rate = if offered > 0.0 {
+            (offered.ceil() as u32).max(1)
+        } else {
+            0
+        };
+        by_rate.max(m.floor).min(allowed.max(1) as u32)
     }
 
     /// Why and how much the model wants another replica now, if it does.
@@ -95,6 +99,11 @@ impl ClockworkPolicy {
             return Some((Want::Queued, unserved, Reverse(front)));
         }
         let replicas = self.replicas(model);
+        let floor = self.needed_for(model, 0.0);
+        if replicas < floor {
+            let short = u64::from(floor - replicas) * DEVICE;
+            return Some((Want::Rate, short, Reverse(front)));
+        }
         let rate = m.rate.per_second(now);
         if rate > 0.0 {
             // Skip the full computation when even the bound fits (this runs on every queue
@@ -128,6 +137,9 @@ impl ClockworkPolicy {
     /// Whether the model has fewer replicas than its arrival rate needs now.
     pub(super) fn short_of_rate(&self, model: ModelId) -> bool {
         let replicas = self.replicas(model);
+        if replicas < self.needed_for(model, 0.0) {
+            return true;
+        }
         let m = &self.models[model.0 as usize];
         let rate = m.rate.per_second(self.now);
         if rate <= 0.0 {
@@ -150,6 +162,9 @@ impl ClockworkPolicy {
             return false;
         }
         let replicas = self.replicas(model);
+        if replicas <= m.floor {
+            return false;
+        }
         // Cheap answers first (eviction asks this of every idle resident): no traffic in
         // the window needs no replica; traffic needs at least one.
         if m.rate.count(self.now) == 0 {

@@ -223,3 +223,35 @@ fn memory_short_keeps_clockwork_eviction_order() {
     let snapshot = drive.policy.snapshot(drive.now);
     assert!(snapshot.devices[0].pages_used <= snapshot.devices[0].pages);
 }
+
+/// A planner's floor places replicas before any traffic (one per device up to the floor),
+/// and while it holds they are not given up as surplus; removing it lets them go again
+/// only when something needs the room.
+#[test]
+fn a_replica_floor_loads_ahead_of_traffic_and_holds() {
+    let mut drive = Drive::new(&[64, 64, 64], vec![slow_loading()]);
+    drive.run_until(0);
+    assert_eq!(drive.sent(&ActionKind::Load), [(0, 0)], "preloaded once");
+    drive.policy.set_replica_floor(ModelId(0), 3);
+    drive.run_until(MS);
+    let mut devices: Vec<u32> = drive
+        .sent(&ActionKind::Load)
+        .iter()
+        .map(|&(d, _)| d)
+        .collect();
+    devices.sort_unstable();
+    assert_eq!(
+        devices,
+        [0, 1, 2],
+        "no request has come: the floor alone asks"
+    );
+    drive.run_until(SECOND_AND_A_HALF);
+    assert!(!drive.policy.surplus(ModelId(0)), "held by the floor");
+    drive.policy.set_replica_floor(ModelId(0), 0);
+    assert!(
+        drive.policy.surplus(ModelId(0)),
+        "no traffic, no floor: surplus"
+    );
+}
+
+const SECOND_AND_A_HALF: Nanos = 1500 * MS;
