@@ -15,11 +15,11 @@ use super::listener::Listener;
 use super::pipelines::PipelineArgs;
 use super::{SimulateArgs, SimulateError};
 use crate::actors::messages::Submit;
-use crate::actors::pipeline::{PipelineActor, RunPipeline};
+use crate::actors::pipeline::{Backlog, PipelineActor, RunPipeline};
 use crate::actors::{Controller, Runtime, RuntimeBuilder};
 use crate::config::Config;
 use crate::events::Event;
-use crate::model::TensorSpec;
+use crate::model::{ModelId, TensorSpec};
 use crate::outcome::Outcome;
 use crate::pipeline::{validate, FanOut, Pipeline, PipelineFile, StageModel};
 use crate::report::{Answered, PolicyReport, Recorder, StageOutline};
@@ -165,11 +165,17 @@ fn launch(
     };
     let pipeline = validate(&name, &file.pipeline, lookup).map_err(|e| bad(e.to_string()))?;
     let pipeline = Arc::new(pipeline);
-    let actor = PipelineActor::launch(
+    // The registry gives dense ids in registration order, which `runtime.models` keeps.
+    let backlog = Backlog::new(&pipeline, Arc::clone(&runtime.admission), |model| {
+        let at = runtime.models.iter().position(|m| m.name == model)?;
+        Some(ModelId(u32::try_from(at).ok()?))
+    });
+    let actor = PipelineActor::launch_with(
         Arc::clone(&pipeline),
         runtime.controller.clone(),
         runtime.clock,
         runtime.events.clone(),
+        Some(backlog),
     );
     Ok((pipeline, actor))
 }

@@ -36,6 +36,7 @@ pub(super) fn request(id: u64, model: u32, arrival: Nanos, slo: Nanos) -> Reques
         model: ModelId(model),
         arrival,
         slo,
+        latest_finish: None,
     }
 }
 
