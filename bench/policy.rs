@@ -75,6 +75,7 @@ fn main() {
             model,
             arrival,
             slo: 100 * MS,
+            latest_finish: None,
         });
     }
 

@@ -55,6 +55,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                         model: ModelId(model as u32),
                         arrival,
                         slo: slo_ms * MS,
+                        latest_finish: None,
                     }
                 })
                 .collect();
@@ -166,7 +167,7 @@ proptest! {
             .enumerate()
             .map(|(i, gap)| {
                 arrival += gap * US;
-                Request { id: RequestId(i as u64), model: ModelId(0), arrival, slo: slo_ms * MS }
+                Request { id: RequestId(i as u64), model: ModelId(0), arrival, slo: slo_ms * MS, latest_finish: None }
             })
             .collect();
         let scenario = Scenario { devices: vec![8], models: vec![(1, profile)], requests };

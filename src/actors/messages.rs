@@ -43,6 +43,10 @@ pub struct Root {
     pub deadline: Nanos,
     /// The sub-requests of one root share a group, withdrawn together.
     pub group: GroupId,
+    /// R_v of the sub-request's stage: the least time the stages after it still need. The
+    /// controller hands the policy `deadline - downstream` as its latest useful finish,
+    /// past which it is dropped, and its root refused, before spending more device time.
+    pub downstream: Nanos,
 }
 
 /// A group of requests withdrawn together: the sub-requests of one pipeline root.

@@ -3,7 +3,10 @@
 //! it starts a run on a root request, hands each run's sub-requests to their stage actors
 //! (which talk to the controller), feeds their answers back, withdraws a failed root's
 //! outstanding sub-requests, and answers each root exactly once. It decides nothing about
-//! when or where models run: the controller stays the only place that does.
+//! when or where models run: the controller stays the only place that does. With a
+//! [`Backlog`] it hands each new run the projected wait at every stage (read from the
+//! admission table), so that the first stage's request carries an R_v that sees the
+//! queues below it (earliest-stage drop, decided by the policy).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,14 +15,17 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
+use super::admission::AdmissionTable;
 use super::messages::{Edge, GroupId, Root, SetReplicaFloor};
 use super::pipeline_stage::{StageActor, StageDone, StageParts, StageWork, WithdrawRoot};
 use super::Controller;
 use crate::events::{self, Event, EventBus};
+use crate::model::ModelId;
 use crate::outcome::Outcome;
 use crate::pipeline::budget::{Budget, Proportional};
 use crate::pipeline::run::{Answered, Failure, Missing, Run, Step};
 use crate::pipeline::Pipeline;
+use crate::scheduler::view::projected_wait;
 use crate::slopt::planner::Tuning;
 use crate::tensor::{check_tensors, Tensor};
 use crate::time::{Clock, Nanos};
@@ -96,6 +102,45 @@ pub struct PipelineActor {
     controller: Addr<Controller>,
     /// The replica floor last asked for, per stage model (in the order of `floor_models`).
     floors: Vec<u32>,
+    /// Where the stages' queues are read for the earliest-stage drop; `None`: not judged.
+    backlog: Option<Backlog>,
+}
+
+/// Where the pipeline actor reads its stages' queues, for the earliest-stage drop (see
+/// `Run::with_costs`): the controller's admission table and each stage's model id.
+pub struct Backlog {
+    /// The policy's per-model views, as the controller publishes them after each step.
+    pub admission: Arc<AdmissionTable>,
+    /// Per stage, its model's id (`None`: unknown, judged by its batch-1 estimate).
+    pub models: Vec<Option<ModelId>>,
+}
+
+impl Backlog {
+    /// Reads the stages of `pipeline` (their models' ids, by name, from `id`).
+    pub fn new(
+        pipeline: &Pipeline,
+        admission: Arc<AdmissionTable>,
+        id: impl Fn(&str) -> Option<ModelId>,
+    ) -> Self {
+        Self {
+            admission,
+            models: pipeline.stages.iter().map(|s| id(&s.model)).collect(),
+        }
+    }
+}
+
+impl Backlog {
+    /// Per stage, how long a request made at `now` is projected to take
+    /// (`view::projected_wait`; 0, i.e. the batch-1 estimate, where nothing is known).
+    fn costs(&self, now: Nanos) -> Vec<Nanos> {
+        self.models
+            .iter()
+            .map(|m| {
+                let view = m.and_then(|m| self.admission.get(m));
+                projected_wait(view.as_ref(), now).unwrap_or(0)
+            })
+            .collect()
+    }
 }
 
 impl PipelineActor {
@@ -106,7 +151,29 @@ impl PipelineActor {
         clock: Clock,
         events: EventBus,
     ) -> Addr<PipelineActor> {
-        PipelineActor::create(move |ctx| Self::build(pipeline, controller, clock, events, ctx))
+        Self::launch_with(pipeline, controller, clock, events, None)
+    }
+
+    /// As `launch`, judging roots at their first stage by the `backlog` of the stages
+    /// below (earliest-stage drop).
+    pub fn launch_with(
+        pipeline: Arc<Pipeline>,
+        controller: Addr<Controller>,
+        clock: Clock,
+        events: EventBus,
+        backlog: Option<Backlog>,
+    ) -> Addr<PipelineActor> {
+        PipelineActor::create(move |ctx| {
+            let mut actor = Self::build(pipeline, controller, clock, events, ctx);
+            actor.backlog = backlog;
+            actor
+        })
+    }
+
+    /// Judges roots at their first stage by the `backlog` of the stages below.
+    pub fn with_backlog(mut self, backlog: Backlog) -> Self {
+        self.backlog = Some(backlog);
+        self
     }
 
     /// The actor, its stage actors started beside it.
@@ -154,6 +221,7 @@ impl PipelineActor {
                 taken: 0,
                 controller,
                 floors: Vec::new(),
+                backlog: None,
             }
         }
     }
@@ -207,6 +275,7 @@ impl PipelineActor {
         let root = Root {
             deadline: flight.run.deadline(),
             group: GroupId(id),
+            downstream: 0,
         };
         for (stage, count) in step.fan_outs {
             if let Some(tuning) = &mut self.tuning {
@@ -223,7 +292,10 @@ impl PipelineActor {
         }
         for sub in step.submit {
             self.stages[sub.stage].do_send(StageWork {
-                root,
+                root: Root {
+                    downstream: sub.downstream,
+                    ..root
+                },
                 sub: sub.sub,
                 inputs: sub.inputs,
                 deadline: sub.deadline,
@@ -323,6 +395,10 @@ impl Handler<RunPipeline> for PipelineActor {
             self.taken,
             deadline,
         );
+        let run = match &self.backlog {
+            Some(backlog) => run.with_costs(backlog.costs(now)),
+            None => run,
+        };
         let flight = InFlight {
             run,
             number: self.taken,
@@ -350,6 +426,7 @@ impl Handler<StageDone> for PipelineActor {
             // The root was answered already; its late sub-requests are dropped.
             return;
         };
+        let stage = flight.run.stage_of(done.sub).unwrap_or(0);
         let result = match done.result {
             Ok(inferred) => {
                 flight.emulated |= inferred.emulated;
@@ -360,10 +437,7 @@ impl Handler<StageDone> for PipelineActor {
             }
             Err(error) => Err(Failure {
                 outcome: error.kind(),
-                message: format!(
-                    "stage '{}': {error}",
-                    self.stage_names[flight.run.stage_of(done.sub).unwrap_or(0)]
-                ),
+                message: format!("stage '{}': {error}", self.stage_names[stage]),
             }),
         };
         let step = flight.run.on_answer(done.sub, result, now);

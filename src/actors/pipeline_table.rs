@@ -7,7 +7,8 @@ use std::sync::{Arc, RwLock};
 
 use actix::{Actor, Addr, ArbiterHandle};
 
-use super::pipeline::PipelineActor;
+use super::admission::AdmissionTable;
+use super::pipeline::{Backlog, PipelineActor};
 use super::registry::ModelTable;
 use super::Controller;
 use crate::events::EventBus;
@@ -86,6 +87,8 @@ pub struct PipelineHost {
     /// Where its actors run.
     pub arbiter: ArbiterHandle,
     pub table: PipelineTable,
+    /// The policy's per-model views: pipelines read their stages' queues from it.
+    pub admission: Arc<AdmissionTable>,
 }
 
 impl PipelineHost {
@@ -121,8 +124,13 @@ impl PipelineHost {
             };
             pipeline.stages.iter().map(|s| profile(&s.model)).collect()
         });
+        // The registry's ids are what the admission table is indexed by.
+        let backlog = Backlog::new(&pipeline, Arc::clone(&self.admission), |model| {
+            models.iter().find(|m| m.spec.name == model).map(|m| m.id)
+        });
         let actor = PipelineActor::start_in_arbiter(&self.arbiter, move |ctx| {
-            let actor = PipelineActor::build(p, controller, clock, events, ctx);
+            let actor =
+                PipelineActor::build(p, controller, clock, events, ctx).with_backlog(backlog);
             match profiles {
                 Some(profiles) => actor.tuned(profiles),
                 None => actor,

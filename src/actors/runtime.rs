@@ -283,6 +283,7 @@ impl RuntimeBuilder {
             events: events.clone(),
             arbiter: home.clone(),
             table: PipelineTable::default(),
+            admission: Arc::clone(&admission),
         };
         for (name, decl) in std::mem::take(&mut self.pipelines) {
             if let Err(error) = pipeline_host.serve(&name, &decl) {

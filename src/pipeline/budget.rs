@@ -75,14 +75,33 @@ fn heaviest_from(pipeline: &Pipeline, stage: usize, weight: &impl Fn(usize) -> N
 
 /// Sum of the batch-1 estimates along the longest path from `stage` (inclusive) down.
 pub fn longest_from(pipeline: &Pipeline, stage: usize) -> Nanos {
-    let s = &pipeline.stages[stage];
-    let below = s
+    pipeline.stages[stage]
+        .single
+        .saturating_add(downstream(pipeline, stage, &|s| pipeline.stages[s].single))
+}
+
+/// R_v: the least time still needed after `stage` on its longest downstream path, each
+/// stage below costing `cost(stage)` (its batch-1 estimate, or more where its queue is
+/// known to be longer); 0 at a leaf. A request of `stage` that cannot finish by the root
+/// deadline less this cannot make its root in time (adaptive batch drop, issue 13).
+pub fn downstream(pipeline: &Pipeline, stage: usize, cost: &dyn Fn(usize) -> Nanos) -> Nanos {
+    pipeline.stages[stage]
         .children
         .iter()
-        .map(|&c| longest_from(pipeline, c))
+        .map(|&c| cost(c).saturating_add(downstream(pipeline, c, cost)))
         .max()
-        .unwrap_or(0);
-    s.single.saturating_add(below)
+        .unwrap_or(0)
+}
+
+/// The projected waits of every stage below `stage` added up (`cost`), for the
+/// earliest-stage drop: the stages of a pipeline share devices, so the queues below a
+/// root drain one after another on them, not side by side as the longest path assumes.
+pub fn queued_below(pipeline: &Pipeline, stage: usize, cost: &dyn Fn(usize) -> Nanos) -> Nanos {
+    pipeline.stages[stage]
+        .children
+        .iter()
+        .map(|&c| cost(c).saturating_add(queued_below(pipeline, c, cost)))
+        .fold(0, Nanos::saturating_add)
 }
 
 #[cfg(test)]
@@ -141,6 +160,19 @@ mod tests {
             Proportional.stage_deadline(&p, 2, 50 * MS, 200 * MS),
             125 * MS
         );
+    }
+
+    #[test]
+    fn downstream_is_the_longest_path_below() {
+        let p = tree();
+        let single = |s: usize| p.stages[s].single;
+        // Below a: b (30) against c, d (20); below c: d; leaves: nothing.
+        assert_eq!(downstream(&p, 0, &single), 30 * MS);
+        assert_eq!(downstream(&p, 2, &single), 10 * MS);
+        assert_eq!(downstream(&p, 1, &single), 0);
+        // A backlog at d makes the c, d path the longest.
+        let queued = |s: usize| if s == 3 { 50 * MS } else { single(s) };
+        assert_eq!(downstream(&p, 0, &queued), 60 * MS);
     }
 
     #[test]

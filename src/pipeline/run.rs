@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use super::budget::Budget;
+use super::budget::{downstream, queued_below, Budget};
 use super::rows::{concat, cut_row, values, zero_row};
 use super::{draw, FanOut, Pipeline};
 use crate::outcome::Outcome;
@@ -31,6 +31,10 @@ pub struct SubRequest {
     pub inputs: Vec<Tensor>,
     /// The stage deadline (never past the root's).
     pub deadline: Nanos,
+    /// R_v: the least time still needed after this stage on its longest downstream path
+    /// (0 at a leaf). The request is worth running only if it finishes by the root
+    /// deadline less this: the policy drops it, and so its root, as soon as it cannot.
+    pub downstream: Nanos,
 }
 
 /// A sub-request's outputs.
@@ -109,6 +113,10 @@ pub struct Run {
     instances: Vec<Instance>,
     waiting: usize,
     answered: bool,
+    /// Per stage, how long a request made at the root's start is projected to take
+    /// (its queue and run); empty: batch-1 estimates. Only the requests made at `start`
+    /// use it (see [`Run::with_costs`]).
+    costs: Vec<Nanos>,
 }
 
 impl Run {
@@ -127,7 +135,20 @@ impl Run {
             instances: Vec::new(),
             waiting: 0,
             answered: false,
+            costs: Vec::new(),
         }
+    }
+
+    /// Earliest-stage drop: the root stage's R_v is taken over `costs` (per stage, how
+    /// long a request made now would take, its model's queue included, never less than
+    /// its batch-1 estimate) instead of batch-1 estimates, so that a root whose downstream
+    /// stages are projected to miss its deadline is refused before its first stage runs,
+    /// not after (under overload the first stage's work on such roots is what starves
+    /// the stages below). Stages made later use batch-1 estimates: their upstream work is
+    /// already spent, and a pessimistic projection would only waste it.
+    pub fn with_costs(mut self, costs: Vec<Nanos>) -> Self {
+        self.costs = costs;
+        self
     }
 
     /// The root deadline.
@@ -152,6 +173,7 @@ impl Run {
         for stage in roots {
             self.spawn(stage, &inputs, &[], false, now, &mut step);
         }
+        self.costs = Vec::new();
         self.finish_if_done(&mut step);
         step
     }
@@ -212,6 +234,11 @@ impl Run {
         let deadline = self
             .budget
             .stage_deadline(&self.pipeline, stage, now, self.deadline);
+        let p = &self.pipeline;
+        let single = |c: usize| p.stages[c].single;
+        let downstream = downstream(p, stage, &single).max(queued_below(p, stage, &|c| {
+            self.costs.get(c).map_or(0, |&cost| cost.max(single(c)))
+        }));
         let rows: Vec<(Option<u32>, Vec<Tensor>)> =
             match fan_rows(s, scope, emulated, self.root, stage, path) {
                 None => vec![(None, scope.to_vec())],
@@ -248,6 +275,7 @@ impl Run {
                 stage,
                 inputs,
                 deadline,
+                downstream,
             });
         }
     }

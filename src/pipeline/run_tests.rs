@@ -161,3 +161,24 @@ fn emulated_answers_draw_the_fan_out_and_cycle_the_rows() {
         assert_eq!(sub.inputs[0].to_f32().unwrap()[0], (i % 2) as f32);
     }
 }
+
+#[test]
+fn sub_requests_carry_their_downstream_time() {
+    let p = pipeline(GOOD);
+    let (detector, classifier) = (p.stages[0].single, p.stages[1].single);
+    assert!(classifier > 0);
+    let mut r = run(GOOD);
+    let step = r.start(vec![Tensor::from_f32("image", vec![4], &[0.0; 4])], 0);
+    // The detector's R_v is the classifier's batch-1 estimate; a leaf's is 0.
+    assert_eq!(step.submit[0].downstream, classifier);
+    let step = r.on_answer(SubId(0), Ok(detected(&[0.9])), 10);
+    assert_eq!(step.submit[0].downstream, 0);
+    // With the classifier's queue known, the first stage sees it (never less than the
+    // batch-1 estimate); later stages are not judged by it.
+    let mut r = run(GOOD).with_costs(vec![detector, 40_000_000]);
+    let step = r.start(vec![Tensor::from_f32("image", vec![4], &[0.0; 4])], 0);
+    assert_eq!(step.submit[0].downstream, 40_000_000);
+    let mut r = run(GOOD).with_costs(vec![0, 1]);
+    let step = r.start(vec![Tensor::from_f32("image", vec![4], &[0.0; 4])], 0);
+    assert_eq!(step.submit[0].downstream, classifier);
+}

@@ -40,6 +40,12 @@ pub struct Request {
     pub arrival: Nanos,
     /// Latency objective: the answer is due at `arrival + slo`.
     pub slo: Nanos,
+    /// A pipeline sub-request's latest useful finish: its root's end-to-end deadline less
+    /// R_v, the least time the stages after it still need. Past its own objective (the
+    /// stage's share of the budget) it is still served while it can finish by this, and
+    /// it is dropped as soon as it cannot (adaptive batch drop, `clockwork/admit.rs`).
+    /// `None`: a model's own request, bounded by its objective alone.
+    pub latest_finish: Option<Nanos>,
 }
 
 impl Request {

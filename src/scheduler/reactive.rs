@@ -472,6 +472,7 @@ mod tests {
             model: ModelId(0),
             arrival: now,
             slo: 100 * MS,
+            latest_finish: None,
         }
     }
 

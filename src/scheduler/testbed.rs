@@ -70,8 +70,9 @@ pub struct Report {
 pub trait Driver {
     /// When it next has a request to make on its own, if ever.
     fn next_arrival(&mut self) -> Option<Nanos>;
-    /// Its requests due by `now`, in arrival order.
-    fn arrivals(&mut self, now: Nanos) -> Vec<Request>;
+    /// Its requests due by `now`, in arrival order; `policy` may be asked for its views
+    /// (a pipeline judges its downstream queues by them).
+    fn arrivals(&mut self, now: Nanos, policy: &dyn Policy) -> Vec<Request>;
     /// `request` got its one answer at `now`: what it makes or withdraws in response.
     fn answered(&mut self, request: RequestId, verdict: &Verdict, now: Nanos) -> Reaction;
     /// The policy planned an INFER of these requests at `now`.
@@ -95,7 +96,7 @@ impl<I: Iterator<Item = Request>> Driver for Stream<I> {
         self.0.peek().map(|r| r.arrival)
     }
 
-    fn arrivals(&mut self, now: Nanos) -> Vec<Request> {
+    fn arrivals(&mut self, now: Nanos, _: &dyn Policy) -> Vec<Request> {
         let mut due = Vec::new();
         while let Some(r) = self.0.next_if(|r| r.arrival <= now) {
             due.push(r);
@@ -190,7 +191,7 @@ impl<P: Policy> Testbed<P> {
                 break;
             }
             self.now = self.now.max(t);
-            for r in driver.arrivals(self.now) {
+            for r in driver.arrivals(self.now, &self.policy) {
                 self.report.admitted += 1;
                 let before = self.plan.answers.len();
                 self.policy.admit(r, self.now, &mut self.plan);

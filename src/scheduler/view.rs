@@ -65,6 +65,15 @@ impl ModelView {
     }
 }
 
+/// How long a request of the model `view` describes, made at `now`, is projected to take
+/// until it is answered: behind the model's queue, and never less than one batch-1 run.
+/// `None`: nothing is known (no view, a stale one, or a cold model). A pipeline judges
+/// its roots' downstream time with it (earliest-stage drop, `pipeline::run`).
+pub fn projected_wait(view: Option<&ModelView>, now: Nanos) -> Option<Nanos> {
+    let view = view.filter(|v| now.saturating_sub(v.at) < STALE_AFTER)?;
+    Some(view.soonest_finish(now)?.saturating_sub(now))
+}
+
 /// Decides whether a request of the model `view` describes, arriving with `deadline`
 /// (from the edge, less the time its answer needs to be encoded) and needing `front` more
 /// front-end time before the policy can plan it, is worth reading at `now`.

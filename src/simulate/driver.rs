@@ -15,11 +15,11 @@ use super::listener::Listener;
 use super::pipelines::PipelineArgs;
 use super::{SimulateArgs, SimulateError};
 use crate::actors::messages::Submit;
-use crate::actors::pipeline::{PipelineActor, RunPipeline};
+use crate::actors::pipeline::{Backlog, PipelineActor, RunPipeline};
 use crate::actors::{Controller, Runtime, RuntimeBuilder};
 use crate::config::Config;
 use crate::events::Event;
-use crate::model::TensorSpec;
+use crate::model::{ModelId, TensorSpec};
 use crate::outcome::Outcome;
 use crate::pipeline::{validate, BudgetKind, FanOut, Pipeline, PipelineFile, StageModel};
 use crate::report::{Answered, PolicyReport, Recorder, StageOutline};
@@ -172,6 +172,11 @@ fn launch(
         };
         pipeline.stages.iter().map(|s| profile(&s.model)).collect()
     });
+    // The registry gives dense ids in registration order, which `runtime.models` keeps.
+    let backlog = Backlog::new(&pipeline, Arc::clone(&runtime.admission), |model| {
+        let at = runtime.models.iter().position(|m| m.name == model)?;
+        Some(ModelId(u32::try_from(at).ok()?))
+    });
     let (p, runtime) = (Arc::clone(&pipeline), runtime);
     let actor = actix::Actor::create(|ctx| {
         let clock = runtime.clock;
@@ -181,7 +186,8 @@ fn launch(
             clock,
             runtime.events.clone(),
             ctx,
-        );
+        )
+        .with_backlog(backlog);
         match profiles {
             Some(profiles) => actor.tuned(profiles),
             None => actor,

@@ -196,6 +196,7 @@ impl Controller {
             model,
             arrival,
             slo: slo.saturating_sub(edge.reserve),
+            latest_finish: infer.root.map(|r| r.deadline.saturating_sub(r.downstream)),
         };
         self.touched.push(model);
         self.parts.policy.admit(request, now, &mut self.plan);

@@ -3,6 +3,11 @@
 //! it on the replicas that hold the model cannot drain in time; otherwise it waits in its
 //! model's queue for a batch.
 //!
+//! A pipeline's sub-request (`Request::latest_finish`) is planned by its stage's deadline
+//! but judged by its latest useful finish (its root's deadline less R_v, the least time the
+//! stages after it need): refused at arrival when the projection cannot finish it by that,
+//! and served past its stage deadline while it can.
+//!
 //! Refusing at arrival rather than when the request finally expires is what keeps
 //! refusals fast under overload: a request the plan cannot serve learns so in
 //! microseconds instead of after waiting most of its objective, and its client can go
@@ -31,11 +36,11 @@ impl ClockworkPolicy {
             .slo
             .saturating_sub(p.buffer)
             .max(request.slo.min(p.schedule_ahead + p.buffer));
-        let deadline = request.arrival.saturating_add(window);
+        let (deadline, latest) = bounds(request.arrival.saturating_add(window), request, p.buffer);
         let single = model.exec.iter().map(|k| k[0].get()).max().unwrap_or(0);
         let cold = model.ready_on.is_empty() && model.loading == 0;
         let load = model.load.iter().map(Estimator::get).min().unwrap_or(0);
-        let hopeless = now + p.lanes.expected_lag + load + single > deadline;
+        let hopeless = now + p.lanes.expected_lag + load + single > latest;
         // Device time it needs over the load budget; at least 1 so that a model that takes
         // no time still counts as wanted.
         let demand = (single.saturating_mul(DEVICE) / p.load_budget).max(1);
@@ -47,14 +52,15 @@ impl ClockworkPolicy {
             refuse(plan, request, Refusal::DeadlineUnreachable);
             return;
         }
-        if p.early_drop && !self.can_drain_in_time(request.model, now, deadline) {
+        if p.early_drop && !self.can_drain_in_time(request.model, now, deadline, latest) {
             refuse(plan, request, Refusal::DeadlineUnreachable);
             return;
         }
         let item = Queued {
             id: request.id,
             deadline,
-            due: request.deadline(),
+            latest,
+            due: request.deadline().max(request.latest_finish.unwrap_or(0)),
             demand,
         };
         // Enqueueing re-ranks the model, with its new rate.
@@ -62,16 +68,22 @@ impl ClockworkPolicy {
     }
 
     /// Whether a request of `model` with internal `deadline`, queued now behind the
-    /// requests due before it, could finish in time on the replicas that hold the model,
-    /// with the estimates the plan uses. Before answering no on estimates a slow spell
+    /// requests due before it, could finish by `latest` on the replicas that hold the
+    /// model, with the estimates the plan uses. Before answering no on estimates a slow spell
     /// left behind, they go back to their seeds (see `refresh_estimates`).
-    fn can_drain_in_time(&mut self, model: ModelId, now: Nanos, deadline: Nanos) -> bool {
-        match self.projected_finish(model, now, deadline) {
-            Some(finish) if finish > deadline => {
+    fn can_drain_in_time(
+        &mut self,
+        model: ModelId,
+        now: Nanos,
+        deadline: Nanos,
+        latest: Nanos,
+    ) -> bool {
+        match self.projected_finish(model, now, deadline, latest) {
+            Some(finish) if finish > latest => {
                 self.refresh_estimates(model, now)
                     && self
-                        .projected_finish(model, now, deadline)
-                        .is_none_or(|f| f <= deadline)
+                        .projected_finish(model, now, deadline, latest)
+                        .is_none_or(|f| f <= latest)
             }
             _ => true,
         }
@@ -79,7 +91,7 @@ impl ClockworkPolicy {
 
     /// When a request with internal `deadline` arriving at `now` would finish if the
     /// model's replicas drained the queue ahead of it (the requests due no later, less
-    /// those about to expire) in the most efficient batches the queue fills, each replica
+    /// those about to expire; the projection stops once it passes `bound`) in the most efficient batches the queue fills, each replica
     /// taking the next batch when its planned work ends (or its load). `None`: no
     /// projection (no replica ready or loading, so the load rules decide; or too many to
     /// follow).
@@ -92,6 +104,7 @@ impl ClockworkPolicy {
         model: ModelId,
         now: Nanos,
         deadline: Nanos,
+        bound: Nanos,
     ) -> Option<Nanos> {
         let m = &self.models[model.0 as usize];
         let lanes = self.params.lanes;
@@ -129,7 +142,7 @@ impl ClockworkPolicy {
         let mut remaining = ahead.saturating_sub(expiring) + 1;
         loop {
             let next = free.iter_mut().min_by_key(|f| f.0)?;
-            if next.0 > deadline {
+            if next.0 > bound {
                 return Some(next.0);
             }
             let (size, est) = efficient_batch(m, next.1, remaining, self.params.max_exec_time);
@@ -162,6 +175,19 @@ fn efficient_batch(
         }
     }
     best
+}
+
+/// A request's (internal deadline, latest useful internal finish): for a pipeline
+/// sub-request the deadline never passes its latest finish, and the latest finish keeps
+/// the buffer before it, but never falls before the deadline.
+fn bounds(deadline: Nanos, request: Request, buffer: Nanos) -> (Nanos, Nanos) {
+    match request.latest_finish {
+        None => (deadline, deadline),
+        Some(finish) => {
+            let deadline = deadline.min(finish);
+            (deadline, finish.saturating_sub(buffer).max(deadline))
+        }
+    }
 }
 
 fn refuse(plan: &mut Plan, request: Request, refusal: Refusal) {

@@ -1,4 +1,8 @@
 //! Batching and early refusal: which batch each device runs next.
+//!
+//! Requests are ordered by their internal deadline but served and dropped by their latest
+//! useful finish (`Queued::latest`, the deadline itself unless a pipeline's sub-request
+//! still has time after its stage's share; see `admit.rs`).
 
 use std::cmp::Reverse;
 
@@ -71,7 +75,7 @@ impl ClockworkPolicy {
             let m = &mut self.models[model.0 as usize];
             m.expiry = None;
             let mut expired = Vec::new();
-            while m.queue.front().is_some_and(|q| now + single > q.deadline) {
+            while m.queue.front().is_some_and(|q| now + single > q.latest) {
                 expired.extend(m.queue.pop_front());
             }
             self.queued -= expired.len();
@@ -108,7 +112,7 @@ impl ClockworkPolicy {
         }
         let single = self.best_single(model);
         let m = &mut self.models[model.0 as usize];
-        let armed = m.queue.front().map(|q| expiry(q.deadline, single));
+        let armed = m.queue.front().map(|q| expiry(q.latest, single));
         if armed != m.expiry {
             m.expiry = armed;
             if let Some(at) = armed {
@@ -156,14 +160,14 @@ impl ClockworkPolicy {
         let front = self.models[model.0 as usize]
             .queue
             .front()
-            .map(|q| q.deadline);
+            .map(|q| q.latest);
         if front.is_some_and(|d| start + single > d) && self.refresh_estimates(model, now) {
             single = self.exec_estimate(model, kind, 0);
         }
         let early_drop = self.params.early_drop;
         let queue = &mut self.models[model.0 as usize].queue;
         let mut hopeless = Vec::new();
-        while early_drop && queue.front().is_some_and(|q| start + single > q.deadline) {
+        while early_drop && queue.front().is_some_and(|q| start + single > q.latest) {
             hopeless.extend(queue.pop_front());
         }
         self.queued -= hopeless.len();
@@ -175,19 +179,27 @@ impl ClockworkPolicy {
         if self.models[model.0 as usize].queue.front().is_none() {
             return;
         }
-        let (b, skip) = self.choose_batch(model, kind, start);
-        let m = &mut self.models[model.0 as usize];
-        let requests = m.queue.take_range(skip, m.batches[b] as usize);
-        self.queued -= requests.len();
+        let b = self.choose_batch(model, kind, start);
         let expected = self.exec_estimate(model, kind, b);
         let p = self.params;
+        let m = &mut self.models[model.0 as usize];
+        let size = m.batches[b] as usize;
+        let requests = if p.early_drop {
+            m.queue.take_meeting(start + expected, size)
+        } else {
+            m.queue.take_range(0, size)
+        };
+        self.queued -= requests.len();
+        if requests.is_empty() {
+            // Nothing it could serve in time (the front was judged by its latest finish).
+            return;
+        }
         // Leave the executor slack to start late, but not so late that it would finish
-        // past the most urgent internal deadline of the batch.
+        // past the most urgent latest finish of the batch (the first one's, unless a
+        // pipeline's sub-request has time left after its stage's share).
         let slack = (now + p.lanes.expected_lag + p.schedule_ahead).max(start + p.schedule_ahead);
-        let latest = match (p.early_drop, requests.first()) {
-            (true, Some(first)) => slack
-                .min(first.deadline.saturating_sub(expected))
-                .max(start),
+        let latest = match (p.early_drop, requests.iter().map(|q| q.latest).min()) {
+            (true, Some(first)) => slack.min(first.saturating_sub(expected)).max(start),
             _ => slack,
         };
         let ids = requests.iter().map(|q| q.id).collect();
@@ -206,37 +218,38 @@ impl ClockworkPolicy {
         self.send(plan, action, Work::Infer { batch: b, requests });
     }
 
-    /// The batch to run at `start`: (index into the allowed sizes, requests to skip at
-    /// the front).
+    /// The batch to run at `start`, as an index into the allowed sizes; its requests are
+    /// the most urgent ones it finishes in time (`ModelQueue::take_meeting`).
     ///
     /// Goodput first: among allowed sizes within `max_exec_time`, the one that serves the
-    /// most requests per unit of device time in time, where a size may skip the few most
-    /// urgent requests that it would finish too late for (they stay queued for another
-    /// device or a smaller batch, or expire). At moderate load nothing needs skipping and
+    /// most requests per unit of device time in time, where a size may skip the few
+    /// requests that it would finish too late for, by their latest useful finish (they
+    /// stay queued for another device or a smaller batch, or expire: deferred, not
+    /// dropped). At moderate load nothing needs skipping and
     /// this is the largest batch the queue fills; under overload it keeps batches large
     /// instead of collapsing to batch 1 for requests that are about to expire (SLOpt's
     /// adaptive batch drop). Without early drop: the largest batch the queue fills.
-    fn choose_batch(&self, model: ModelId, kind: usize, start: Nanos) -> (usize, usize) {
+    fn choose_batch(&self, model: ModelId, kind: usize, start: Nanos) -> usize {
         let m = &self.models[model.0 as usize];
         let len = m.queue.len();
-        let mut best = (0, 0);
+        let mut best = 0;
         let mut best_rate = 0.0;
         for (b, &size) in m.batches.iter().enumerate() {
             let est = self.exec_estimate(model, kind, b);
             if size as usize > len || (b > 0 && est > self.params.max_exec_time) {
                 break;
             }
-            let skip = if self.params.early_drop {
-                m.queue.count_before(start + est)
+            let fit = if self.params.early_drop {
+                m.queue.count_meeting(start + est)
             } else {
-                0
+                len
             };
-            if len - skip < size as usize {
+            if fit < size as usize {
                 continue;
             }
             let rate = f64::from(size) / est.max(1) as f64;
             if b == 0 || rate >= best_rate {
-                (best, best_rate) = ((b, skip), rate);
+                (best, best_rate) = (b, rate);
             }
         }
         best

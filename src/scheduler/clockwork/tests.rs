@@ -36,6 +36,7 @@ pub(super) fn request(id: u64, model: u32, arrival: Nanos, slo: Nanos) -> Reques
         model: ModelId(model),
         arrival,
         slo,
+        latest_finish: None,
     }
 }
 
@@ -428,4 +429,52 @@ fn a_request_the_queue_cannot_drain_in_time_is_refused_on_arrival() {
         assert!(plan.answers.is_empty(), "{:?}", plan.answers);
     }
     assert_eq!(completed, admitted);
+}
+
+/// A pipeline sub-request: objective `slo` (its stage's share), latest useful finish
+/// `latest` (its root's deadline less what the stages after it need).
+fn sub_request(id: u64, now: Nanos, slo: Nanos, latest: Nanos) -> Request {
+    Request {
+        latest_finish: Some(latest),
+        ..request(id, 0, now, slo)
+    }
+}
+
+fn infers(plan: &Plan) -> Vec<Vec<RequestId>> {
+    let infer = |a: &Action| match &a.kind {
+        ActionKind::Infer { requests } => Some(requests.clone()),
+        _ => None,
+    };
+    plan.actions.iter().filter_map(infer).collect()
+}
+
+/// Adaptive batch drop: past its stage's deadline a sub-request is still served while
+/// its root can make it; a batch leaves out (defers, does not drop) the one it would
+/// finish too late for. Mutation that breaks it: `bounds` in `admit.rs` ignoring
+/// `latest_finish` (the first request is refused at arrival).
+#[test]
+fn a_sub_request_is_served_by_its_latest_finish_and_deferred_by_a_larger_batch() {
+    let mut policy = policy(1, 100, 1);
+    let now = warm(&mut policy);
+    let mut plan = Plan::default();
+    // A 3 ms share (batch 1 takes 2.73 ms after a 1 ms lag), 20 ms left for its root.
+    policy.admit(sub_request(1, now, 3 * MS, now + 20 * MS), now, &mut plan);
+    policy.schedule(now, &mut plan);
+    assert!(plan.answers.is_empty(), "{:?}", plan.answers);
+    assert_eq!(infers(&plan), vec![vec![RequestId(1)]]);
+    let now = now + 20 * MS;
+    complete_all(&mut policy, &plan, now);
+    // Eight requests with time to spare and one that only a batch of at most 4
+    // (5.88 ms) finishes by its latest finish (12 ms away, less the 5 ms buffer).
+    let mut plan = Plan::default();
+    for id in 10..18 {
+        policy.admit(request(id, 0, now, 100 * MS), now, &mut plan);
+    }
+    policy.admit(sub_request(2, now, 3 * MS, now + 12 * MS), now, &mut plan);
+    policy.schedule(now, &mut plan);
+    let batches = infers(&plan);
+    assert_eq!(batches.len(), 1);
+    assert_eq!(batches[0].len(), 8);
+    assert!(!batches[0].contains(&RequestId(2)));
+    assert!(plan.answers.is_empty(), "deferred, not dropped");
 }

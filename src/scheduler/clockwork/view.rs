@@ -17,7 +17,8 @@ impl ClockworkPolicy {
         let m = self.models.get(model.0 as usize)?;
         let single = self.best_single(model);
         // Bounded: a projection past any objective says all the edge needs to know.
-        let finish = self.projected_finish(model, now, now.saturating_add(HORIZON));
+        let horizon = now.saturating_add(HORIZON);
+        let finish = self.projected_finish(model, now, horizon, horizon);
         // Requests that could no longer finish even alone are about to time out: they
         // are not ahead of a new one.
         let hopeless = m.queue.count_before(now.saturating_add(single));
