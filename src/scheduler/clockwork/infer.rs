@@ -11,6 +11,11 @@ use crate::model::{DeviceId, ModelId};
 use crate::scheduler::{ActionKind, Plan, Refusal, Verdict};
 use crate::time::Nanos;
 
+/// How much more requests per unit of device time a batch must serve than the best batch
+/// that leaves nobody behind, before it may leave behind requests a smaller batch would
+/// still serve in time.
+const SKIP_GAIN: f64 = 1.08;
+
 /// The first instant at which a request with internal `deadline` cannot finish even if
 /// started at once.
 pub(super) fn expiry(deadline: Nanos, single: Nanos) -> Nanos {
@@ -228,12 +233,18 @@ impl ClockworkPolicy {
     /// dropped). At moderate load nothing needs skipping and
     /// this is the largest batch the queue fills; under overload it keeps batches large
     /// instead of collapsing to batch 1 for requests that are about to expire (SLOpt's
-    /// adaptive batch drop). Without early drop: the largest batch the queue fills.
+    /// adaptive batch drop), but only when it serves at least `SKIP_GAIN` times as many
+    /// requests per unit of device time as the best batch that leaves nobody behind.
+    /// Without early drop: the largest batch the queue fills.
     fn choose_batch(&self, model: ModelId, kind: usize, start: Nanos) -> usize {
         let m = &self.models[model.0 as usize];
         let len = m.queue.len();
         let mut best = 0;
         let mut best_rate = 0.0;
+        // The best batch that leaves behind no request a smaller batch would serve.
+        let (mut whole, mut whole_rate) = (0, 0.0);
+        // Requests even batch 1 finishes too late for: lost whatever is chosen.
+        let mut lost_anyway = 0;
         for (b, &size) in m.batches.iter().enumerate() {
             let est = self.exec_estimate(model, kind, b);
             if size as usize > len || (b > 0 && est > self.params.max_exec_time) {
@@ -244,6 +255,9 @@ impl ClockworkPolicy {
             } else {
                 len
             };
+            if b == 0 {
+                lost_anyway = len - fit;
+            }
             if fit < size as usize {
                 continue;
             }
@@ -251,6 +265,15 @@ impl ClockworkPolicy {
             if b == 0 || rate >= best_rate {
                 (best, best_rate) = (b, rate);
             }
+            if len - fit <= lost_anyway && (b == 0 || rate >= whole_rate) {
+                (whole, whole_rate) = (b, rate);
+            }
+        }
+        // Leaving urgent requests behind pays only when larger batches are clearly cheaper
+        // per request (a GPU's); where they are not (a cpu's run time grows with the batch),
+        // it would give up requests for nothing.
+        if best_rate < SKIP_GAIN * whole_rate {
+            return whole;
         }
         best
     }

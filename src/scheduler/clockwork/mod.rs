@@ -440,6 +440,8 @@ impl Policy for ClockworkPolicy {
 }
 
 #[cfg(test)]
+mod batch_tests;
+#[cfg(test)]
 mod placement_tests;
 #[cfg(test)]
 mod tests;
