@@ -225,16 +225,7 @@ impl RuntimeBuilder {
         if self.devices.is_empty() {
             return Err(StartError::NoDevices);
         }
-        let mut policy = scheduler::build(&self.policy);
-        let mut emulated = Vec::new();
-        for backend in &self.devices {
-            let info = backend.info();
-            emulated.push(info.emulated);
-            policy.add_device(DeviceInfo {
-                kind: info.kind,
-                pages: info.pages,
-            });
-        }
+        let (mut policy, emulated) = self.policy_with_devices();
         // The cache's address exists before it starts, so registration can tell it before
         // anything runs; nothing is started if registration fails.
         let (cache_tx, cache_rx) = actix::dev::channel::channel(super::MAILBOX);
@@ -285,12 +276,7 @@ impl RuntimeBuilder {
             table: PipelineTable::default(),
             admission: Arc::clone(&admission),
         };
-        for (name, decl) in std::mem::take(&mut self.pipelines) {
-            if let Err(error) = pipeline_host.serve(&name, &decl) {
-                tracing::error!(pipeline = %name, %error, "pipeline refused");
-                self.refused.push((name, error.to_string()));
-            }
-        }
+        self.serve_pipelines(&pipeline_host);
         Ok(Runtime {
             clock,
             controller: controller_addr,
@@ -307,6 +293,32 @@ impl RuntimeBuilder {
             pipeline_host,
             arbiters,
         })
+    }
+
+    /// The configured policy with every device added, and which devices only emulate.
+    fn policy_with_devices(&self) -> (Box<dyn Policy + Send>, Vec<bool>) {
+        let mut policy = scheduler::build(&self.policy);
+        let mut emulated = Vec::new();
+        for backend in &self.devices {
+            let info = backend.info();
+            emulated.push(info.emulated);
+            policy.add_device(DeviceInfo {
+                kind: info.kind,
+                pages: info.pages,
+            });
+        }
+        (policy, emulated)
+    }
+
+    /// Serves the pipelines read from the repository, each validated against the models
+    /// just registered; a broken one is refused alone, with its reason.
+    fn serve_pipelines(&mut self, host: &PipelineHost) {
+        for (name, decl) in std::mem::take(&mut self.pipelines) {
+            if let Err(error) = host.serve(&name, &decl) {
+                tracing::error!(pipeline = %name, %error, "pipeline refused");
+                self.refused.push((name, error.to_string()));
+            }
+        }
     }
 
     /// A new arbiter thread, pinned to the `i`-th front-end core (round robin) if the

@@ -128,9 +128,35 @@ pub fn model(profile: &str, name: &str, slo: Nanos) -> Option<ModelSpec> {
                 ]),
             },
         ),
-        // The emulated pipelines' models (`simulate::pipelines`). Latencies are shaped after
-        // published V100 figures of similar networks (an SSD-style detector, GoogLeNet,
-        // ResNet-18/50/152), rounded; they are not measurements of this project.
+        // Takes no time at all: isolates the runtime's own overhead in benchmarks.
+        "zero" => (
+            vec![tensor("input", &[4])],
+            vec![tensor("output", &[4])],
+            ModelProfile {
+                weight_bytes: 1,
+                load_latency: 0,
+                batches: batches(&[(1, 0), (2, 0), (4, 0), (8, 0), (16, 0)]),
+            },
+        ),
+        other => pipeline_model(other)?,
+    };
+    Some(ModelSpec {
+        name: name.into(),
+        inputs,
+        outputs,
+        slo,
+        profile,
+        batched: true,
+        version: 1,
+    })
+}
+
+/// Inputs, outputs and profile of the emulated pipelines' models (`simulate::pipelines`).
+/// Latencies are shaped after published V100 figures of similar networks (an SSD-style
+/// detector, GoogLeNet, ResNet-18/50/152), rounded; they are not measurements of this
+/// project.
+fn pipeline_model(profile: &str) -> Option<(Vec<TensorSpec>, Vec<TensorSpec>, ModelProfile)> {
+    Some(match profile {
         "traffic-detector" => (
             vec![tensor("image", &[3, 300, 300])],
             // One row per detected object; emulated devices answer one row.
@@ -168,26 +194,7 @@ pub fn model(profile: &str, name: &str, slo: Nanos) -> Option<ModelSpec> {
             vec![tensor("probs", &[1000])],
             cnn(240_000_000, &[7500.0, 10500.0, 16000.0, 27000.0, 50000.0]),
         ),
-        // Takes no time at all: isolates the runtime's own overhead in benchmarks.
-        "zero" => (
-            vec![tensor("input", &[4])],
-            vec![tensor("output", &[4])],
-            ModelProfile {
-                weight_bytes: 1,
-                load_latency: 0,
-                batches: batches(&[(1, 0), (2, 0), (4, 0), (8, 0), (16, 0)]),
-            },
-        ),
         _ => return None,
-    };
-    Some(ModelSpec {
-        name: name.into(),
-        inputs,
-        outputs,
-        slo,
-        profile,
-        batched: true,
-        version: 1,
     })
 }
 
