@@ -5,13 +5,8 @@
 //! The controller writes the views of the models each step touched (a request admitted or
 //! answered, an action sent or reported); readers take a copy under a read lock. The rule
 //! that reads a view is [`crate::scheduler::view::judge`], pure.
-//!
-//! The front end also counts here, per model, the requests it let through and has not yet
-//! handed to the controller (their bodies being read or decoded): the view cannot know
-//! them, and under a burst of large bodies they are most of the queue.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, RwLock};
+use std::sync::RwLock;
 
 use crate::model::ModelId;
 use crate::scheduler::view::ModelView;
@@ -22,29 +17,6 @@ use crate::time::Nanos;
 #[derive(Debug, Default)]
 pub struct AdmissionTable {
     views: RwLock<Vec<Option<ModelView>>>,
-    /// Requests of each model past the edge's check and not yet at the controller.
-    in_front: Mutex<HashMap<ModelId, u32>>,
-}
-
-/// One request counted in [`AdmissionTable::in_front`] until dropped (handed to the
-/// controller, or answered at the edge).
-#[derive(Debug)]
-pub struct InFront<'a> {
-    table: &'a AdmissionTable,
-    model: ModelId,
-}
-
-impl Drop for InFront<'_> {
-    fn drop(&mut self) {
-        let mut counts = self
-            .table
-            .in_front
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = counts.get_mut(&self.model) {
-            *n = n.saturating_sub(1);
-        }
-    }
 }
 
 impl AdmissionTable {
@@ -52,20 +24,6 @@ impl AdmissionTable {
     pub fn get(&self, model: ModelId) -> Option<ModelView> {
         let views = self.views.read().unwrap_or_else(|e| e.into_inner());
         views.get(model.0 as usize).copied().flatten()
-    }
-
-    /// Requests of `model` the front end let through and has not handed on yet.
-    pub fn in_front(&self, model: ModelId) -> u32 {
-        let counts = self.in_front.lock().unwrap_or_else(|e| e.into_inner());
-        counts.get(&model).copied().unwrap_or(0)
-    }
-
-    /// Counts one more request of `model` in front of the controller, until the guard
-    /// is dropped.
-    pub fn enter(&self, model: ModelId) -> InFront<'_> {
-        let mut counts = self.in_front.lock().unwrap_or_else(|e| e.into_inner());
-        *counts.entry(model).or_default() += 1;
-        InFront { table: self, model }
     }
 
     /// Asks `policy` for the views of `touched` (emptied) and publishes them.

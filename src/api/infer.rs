@@ -25,11 +25,10 @@ use super::models::Entry;
 use super::pipelines::pipeline_spec;
 use super::v2::{InferRequest, InferResponse, Parameters};
 use super::ApiState;
-use crate::actors::admission::InFront;
 use crate::actors::messages::{Edge, Infer, InferError, Inferred};
 use crate::actors::pipeline_table::Served;
 use crate::model::{ModelId, ModelSpec};
-use crate::scheduler::view::{judge, Admission, Arriving};
+use crate::scheduler::view::{judge, Admission};
 use crate::time::Nanos;
 
 /// Infers with a model, or a pipeline (its root request; the answer holds its outputs).
@@ -104,8 +103,7 @@ pub(super) async fn run(
 ) -> Result<HttpResponse, ApiError> {
     let target = Target::find(state, model, version)?;
     let front = Front::new(state, &target, request);
-    // Counted ahead of later requests of its model until the controller has it.
-    let in_front = front.admit_before_reading()?;
+    front.admit_before_reading()?;
     let body = front.read(body).await?;
     let decoded = front.decode(request, body).await?;
     let slo = decoded.slo.unwrap_or(target.spec().slo);
@@ -113,7 +111,6 @@ pub(super) async fn run(
         arrival: front.arrival,
         reserve: front.expected.respond,
     };
-    drop(in_front);
     let called = match &target {
         Target::Model(entry) => call(state, entry, decoded, edge).await?,
         Target::Pipeline { served, spec, .. } => {
@@ -284,25 +281,13 @@ impl<'a> Front<'a> {
 
     /// Refuses, from the controller's last view of the model (a pipeline's first stage),
     /// a request it cannot serve by the model's (the pipeline's) deadline.
-    /// Admitted, the request counts ahead of its model's later ones (in the returned
-    /// guard) until it is handed on.
-    fn admit_before_reading(&self) -> Result<Option<InFront<'a>>, ApiError> {
-        let Some(model) = self.target.view() else {
-            return Ok(None);
-        };
-        let admission = &self.state.admission;
+    fn admit_before_reading(&self) -> Result<(), ApiError> {
         let e = self.state.front.least(&self.key);
-        let arriving = Arriving {
-            deadline: self.deadline,
-            front: e.read + e.wait + e.decode,
-            in_front: admission.in_front(model),
-        };
-        match judge(
-            admission.get(model).as_ref(),
-            self.state.clock.now(),
-            arriving,
-        ) {
-            Admission::Admit => Ok(Some(admission.enter(model))),
+        let view = self.target.view().and_then(|m| self.state.admission.get(m));
+        let now = self.state.clock.now();
+        let ahead = e.read + e.wait + e.decode;
+        match judge(view.as_ref(), now, ahead, self.deadline) {
+            Admission::Admit => Ok(()),
             Admission::Refuse { retry_after } => {
                 Err(self.refuse(Stage::BeforeReading, retry_after))
             }

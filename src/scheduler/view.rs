@@ -33,10 +33,6 @@ pub struct ModelView {
     /// When one more request, queued at `at` behind every waiting one, would finish as
     /// the policy projects it.
     pub finish: Nanos,
-    /// Device time each further request adds to `finish` (its share of the most
-    /// efficient batch the queue fills, spread over the replicas): what a request the
-    /// edge let through but the policy has not seen yet costs the ones behind it.
-    pub per_item: Nanos,
     /// When the view was taken (the controller's clock).
     pub at: Nanos,
 }
@@ -60,16 +56,12 @@ pub const STALE_AFTER: Nanos = SECOND;
 
 impl ModelView {
     /// Soonest the request could finish if it is ready to run at `ready` (after its own
-    /// front-end work), behind the queue and the `in_front` requests let through before it
-    /// that the policy has not seen yet, and never sooner than one batch-1 run.
-    pub fn soonest_finish(&self, ready: Nanos, in_front: u32) -> Option<Nanos> {
+    /// front-end work): behind the queue, and never sooner than one batch-1 run.
+    pub fn soonest_finish(&self, ready: Nanos) -> Option<Nanos> {
         if self.replicas == 0 {
             return None;
         }
-        let behind = self
-            .finish
-            .saturating_add(self.per_item.saturating_mul(u64::from(in_front)));
-        Some(behind.max(ready.saturating_add(self.single)))
+        Some(self.finish.max(ready.saturating_add(self.single)))
     }
 }
 
@@ -79,28 +71,17 @@ impl ModelView {
 /// its roots' downstream time with it (earliest-stage drop, `pipeline::run`).
 pub fn projected_wait(view: Option<&ModelView>, now: Nanos) -> Option<Nanos> {
     let view = view.filter(|v| now.saturating_sub(v.at) < STALE_AFTER)?;
-    Some(view.soonest_finish(now, 0)?.saturating_sub(now))
+    Some(view.soonest_finish(now)?.saturating_sub(now))
 }
 
-/// A request not yet read, as the edge sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Arriving {
-    /// Its deadline (from the edge, less the time its answer needs on the way back).
-    pub deadline: Nanos,
-    /// Front-end time it still needs before the policy can plan it (read, decode).
-    pub front: Nanos,
-    /// Requests of the same model let through before it and not yet handed on.
-    pub in_front: u32,
-}
-
-/// Decides whether `request`, of the model `view` describes, is worth reading at `now`.
-pub fn judge(view: Option<&ModelView>, now: Nanos, request: Arriving) -> Admission {
+/// Decides whether a request of the model `view` describes, arriving with `deadline`
+/// (from the edge, less the time its answer needs to be encoded) and needing `front` more
+/// front-end time before the policy can plan it, is worth reading at `now`.
+pub fn judge(view: Option<&ModelView>, now: Nanos, front: Nanos, deadline: Nanos) -> Admission {
     let Some(view) = view.filter(|v| now.saturating_sub(v.at) < STALE_AFTER) else {
         return Admission::Admit;
     };
-    let deadline = request.deadline;
-    let ready = now.saturating_add(request.front);
-    let Some(finish) = view.soonest_finish(ready, request.in_front) else {
+    let Some(finish) = view.soonest_finish(now.saturating_add(front)) else {
         return Admission::Admit;
     };
     if finish <= deadline {
@@ -122,24 +103,14 @@ mod tests {
             queued: 3,
             single: 2 * MS,
             finish,
-            per_item: MS,
             at: 0,
-        }
-    }
-
-    /// A request with `deadline`, needing `front`, behind nobody not yet seen.
-    fn alone(front: Nanos, deadline: Nanos) -> Arriving {
-        Arriving {
-            deadline,
-            front,
-            in_front: 0,
         }
     }
 
     #[test]
     fn an_idle_model_admits() {
         assert_eq!(
-            judge(Some(&view(2 * MS)), 0, alone(MS, 100 * MS)),
+            judge(Some(&view(2 * MS)), 0, MS, 100 * MS),
             Admission::Admit
         );
     }
@@ -147,9 +118,9 @@ mod tests {
     #[test]
     fn a_backlog_longer_than_the_objective_refuses() {
         let deep = view(100 * MS);
-        assert_eq!(judge(Some(&deep), 0, alone(0, 100 * MS)), Admission::Admit);
+        assert_eq!(judge(Some(&deep), 0, 0, 100 * MS), Admission::Admit);
         assert_eq!(
-            judge(Some(&deep), 0, alone(0, 100 * MS - 1)),
+            judge(Some(&deep), 0, 0, 100 * MS - 1),
             Admission::Refuse {
                 retry_after: SECOND
             },
@@ -160,55 +131,31 @@ mod tests {
     #[test]
     fn front_end_work_counts_when_the_queue_is_short() {
         let v = view(10 * MS);
-        assert_eq!(v.soonest_finish(0, 0), Some(10 * MS), "behind the queue");
+        assert_eq!(v.soonest_finish(0), Some(10 * MS), "behind the queue");
         assert_eq!(
-            v.soonest_finish(20 * MS, 0),
+            v.soonest_finish(20 * MS),
             Some(22 * MS),
             "ready later still"
         );
         assert_eq!(
-            judge(Some(&v), 0, alone(20 * MS, 21 * MS)),
+            judge(Some(&v), 0, 20 * MS, 21 * MS),
             Admission::Refuse {
                 retry_after: SECOND
             }
         );
-        assert_eq!(
-            judge(Some(&v), 0, alone(20 * MS, 22 * MS)),
-            Admission::Admit
-        );
-    }
-
-    /// Requests let through but not yet at the controller queue ahead of a new one: 10 of
-    /// them at 1 ms each push a 95 ms projection past a 100 ms deadline.
-    #[test]
-    fn requests_still_in_the_front_end_count_ahead() {
-        let v = view(95 * MS);
-        let mut request = alone(0, 100 * MS);
-        assert_eq!(judge(Some(&v), 0, request), Admission::Admit);
-        request.in_front = 5;
-        assert_eq!(judge(Some(&v), 0, request), Admission::Admit);
-        request.in_front = 6;
-        assert_eq!(
-            judge(Some(&v), 0, request),
-            Admission::Refuse {
-                retry_after: SECOND
-            }
-        );
+        assert_eq!(judge(Some(&v), 0, 20 * MS, 22 * MS), Admission::Admit);
     }
 
     #[test]
     fn cold_stale_or_unknown_models_are_left_to_the_policy() {
         let mut cold = view(10 * SECOND);
         cold.replicas = 0;
-        assert_eq!(judge(Some(&cold), 0, alone(0, MS)), Admission::Admit);
-        assert_eq!(judge(None, 0, alone(0, 0)), Admission::Admit);
+        assert_eq!(judge(Some(&cold), 0, 0, MS), Admission::Admit);
+        assert_eq!(judge(None, 0, 0, 0), Admission::Admit);
         let old = view(10 * SECOND);
-        assert_eq!(
-            judge(Some(&old), STALE_AFTER, alone(0, MS)),
-            Admission::Admit
-        );
+        assert_eq!(judge(Some(&old), STALE_AFTER, 0, MS), Admission::Admit);
         assert!(matches!(
-            judge(Some(&old), STALE_AFTER - 1, alone(0, STALE_AFTER)),
+            judge(Some(&old), STALE_AFTER - 1, 0, STALE_AFTER),
             Admission::Refuse { .. }
         ));
     }
@@ -216,7 +163,7 @@ mod tests {
     #[test]
     fn retry_after_is_the_backlog_and_at_least_a_second() {
         assert_eq!(
-            judge(Some(&view(8 * SECOND)), 0, alone(0, 100 * MS)),
+            judge(Some(&view(8 * SECOND)), 0, 0, 100 * MS),
             Admission::Refuse {
                 retry_after: 8 * SECOND
             }

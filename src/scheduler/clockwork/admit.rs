@@ -157,7 +157,7 @@ impl ClockworkPolicy {
 
 /// The allowed batch of at most `items` requests that serves the most per unit of device
 /// time on device kind `kind` (within `max_exec_time` above batch 1): (size, estimate).
-pub(super) fn efficient_batch(
+fn efficient_batch(
     m: &ModelState,
     kind: usize,
     items: usize,

@@ -1,7 +1,6 @@
 //! The [`ModelView`] the Clockwork policy publishes for admission at the edge: read from
 //! its mirror of the devices, its queues and its estimates, changing nothing.
 
-use super::admit::efficient_batch;
 use super::ClockworkPolicy;
 use crate::model::ModelId;
 use crate::scheduler::view::ModelView;
@@ -23,14 +22,6 @@ impl ClockworkPolicy {
         // Requests that could no longer finish even alone are about to time out: they
         // are not ahead of a new one.
         let hopeless = m.queue.count_before(now.saturating_add(single));
-        // Each further request's share of the most efficient batch the queue would
-        // then fill, on the first replica's kind, spread over the replicas.
-        let per_item = m.ready_on.first().map_or(single, |d| {
-            let kind = self.devices[d.0 as usize].kind;
-            let items = m.queue.len() + 1;
-            let (size, est) = efficient_batch(m, kind, items, self.params.max_exec_time);
-            est / (size as u64 * m.ready_on.len() as u64).max(1)
-        });
         Some(ModelView {
             replicas: if finish.is_some() {
                 m.ready_on.len().max(1) as u32
@@ -40,7 +31,6 @@ impl ClockworkPolicy {
             queued: (m.queue.len() - hopeless).try_into().unwrap_or(u32::MAX),
             single,
             finish: finish.unwrap_or(now),
-            per_item,
             at: now,
         })
     }
