@@ -21,7 +21,7 @@ fn refusals(text: &str) -> f64 {
         .filter_map(|r| {
             value(
                 text,
-                &format!("clockwork_refusals{{model=\"mlp\",reason=\"{r}\"}}"),
+                &format!("clockwork_requests{{model=\"mlp\",outcome=\"{r}\"}}"),
             )
         })
         .sum()
@@ -64,7 +64,7 @@ async fn successes_failures_and_device_work_are_counted() {
     // in (the refusal, the last success and the load are each counted from one event).
     let text = metrics_when(&server, |text| {
         value(text, "nv_inference_request_failure{model=\"mlp\"}") == Some(2.0)
-            && value(text, "clockwork_requests_within_slo{model=\"mlp\"}") == Some(3.0)
+            && value(text, "clockwork_requests{model=\"mlp\",outcome=\"ok\"}") == Some(3.0)
             && refusals(text) == 1.0
             // mlp's load, and the zoo's other models preloaded while memory allows.
             && value(text, "clockwork_loads{device=\"0\"}").is_some_and(|n| n >= 1.0)
@@ -82,7 +82,7 @@ async fn successes_failures_and_device_work_are_counted() {
         get("nv_inference_pending_request_count{model=\"mlp\"}"),
         0.0
     );
-    assert_eq!(get("clockwork_requests_within_slo{model=\"mlp\"}"), 3.0);
+    assert_eq!(get("clockwork_requests{model=\"mlp\",outcome=\"ok\"}"), 3.0);
     // Refused at admission or on expiry, depending on whether the model was warm.
     assert_eq!(refusals(&text), 1.0, "{text}");
     assert_eq!(
@@ -97,6 +97,35 @@ async fn successes_failures_and_device_work_are_counted() {
     assert!(get("clockwork_device_busy_seconds{device=\"0\",lane=\"exec\"}") > 0.0);
     assert!(get("clockwork_prediction_error_seconds_count{kind=\"infer\"}") >= 1.0);
     assert!(text.contains("# TYPE nv_inference_request_success counter"));
+    // Answers by outcome: every kind, decided by the controller or before it.
+    assert_eq!(
+        get("clockwork_requests{model=\"mlp\",outcome=\"bad_input\"}"),
+        1.0
+    );
+    assert_eq!(
+        get("clockwork_requests{model=\"mlp\",outcome=\"late\"}"),
+        0.0
+    );
+    // One observation per success in each latency histogram, the end to end one counted
+    // once the answer was encoded (before the reply, so before this read).
+    for family in ["duration", "queue", "compute"] {
+        let name = format!("clockwork_request_{family}_seconds");
+        assert_eq!(get(&format!("{name}_count{{model=\"mlp\"}}")), 3.0);
+        assert_eq!(
+            get(&format!("{name}_bucket{{model=\"mlp\",le=\"+Inf\"}}")),
+            3.0
+        );
+        assert_eq!(get(&format!("{name}_count{{model=\"resnet\"}}")), 0.0);
+    }
+    assert!(
+        get("clockwork_request_duration_seconds_sum{model=\"mlp\"}")
+            >= get("clockwork_request_compute_seconds_sum{model=\"mlp\"}")
+    );
+    // Series start at zero, so a rate sees the first refusal.
+    assert_eq!(
+        get("clockwork_edge_refusals{model=\"mlp\",stage=\"before_reading\"}"),
+        0.0
+    );
     // No label carries an unknown model's name.
     assert!(!text.contains("model=\"x\""));
     server.stop().await;
