@@ -130,3 +130,54 @@ async fn successes_failures_and_device_work_are_counted() {
     assert!(!text.contains("model=\"x\""));
     server.stop().await;
 }
+
+/// Every metric name a query of the Grafana dashboard reads (`clockwork_*`, `nv_*`).
+fn dashboard_metrics() -> std::collections::BTreeSet<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/grafana/clockwork.json");
+    let text = std::fs::read_to_string(path).expect("the dashboard");
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("dashboard JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let mut exprs: Vec<&str> = panels
+        .iter()
+        .flat_map(|p| p["targets"].as_array().expect("targets"))
+        .map(|t| t["expr"].as_str().expect("expr"))
+        .collect();
+    exprs.extend(dashboard["templating"]["list"][0]["definition"].as_str());
+    exprs
+        .iter()
+        .flat_map(|e| e.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')))
+        .filter(|word| word.starts_with("clockwork_") || word.starts_with("nv_"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[actix_web::test]
+async fn every_metric_the_grafana_dashboard_reads_is_served() {
+    let wanted = dashboard_metrics();
+    // Each panel of the issue: outcomes and goodput, the three latencies, edge refusals.
+    for name in [
+        "clockwork_requests",
+        "clockwork_request_duration_seconds_bucket",
+        "clockwork_request_queue_seconds_bucket",
+        "clockwork_request_compute_seconds_bucket",
+        "clockwork_edge_refusals",
+    ] {
+        assert!(wanted.contains(name), "{name} not in {wanted:?}");
+    }
+    let server = start_default().await;
+    let (status, _) = server
+        .post_json("/v2/models/mlp/infer", &mlp_request(1.0))
+        .await;
+    assert_eq!(status, 200);
+    let served = |text: &str, name: &str| {
+        text.lines().any(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|r| r.starts_with(['{', ' ']))
+        })
+    };
+    // Device time arrives with an event: wait until every name is there (or fail, showing
+    // the text served).
+    let text = metrics_when(&server, |text| wanted.iter().all(|n| served(text, n))).await;
+    assert!(wanted.iter().all(|n| served(&text, n)));
+    server.stop().await;
+}
