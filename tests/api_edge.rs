@@ -82,6 +82,9 @@ async fn a_body_that_eats_the_objective_is_refused_by_its_deadline() {
         "refused while reading, by the edge's deadline ({:?} after the head)",
         started.elapsed()
     );
+    // Its answer counts by outcome, though the controller never saw it.
+    let outcome = ["clockwork_requests{", "outcome=\"deadline_unreachable\""];
+    assert!(sum(&metrics, &outcome) >= 1.0, "{metrics}");
     server.stop().await;
 }
 

@@ -21,7 +21,7 @@ fn refusals(text: &str) -> f64 {
         .filter_map(|r| {
             value(
                 text,
-                &format!("clockwork_refusals{{model=\"mlp\",reason=\"{r}\"}}"),
+                &format!("clockwork_requests{{model=\"mlp\",outcome=\"{r}\"}}"),
             )
         })
         .sum()
@@ -64,7 +64,7 @@ async fn successes_failures_and_device_work_are_counted() {
     // in (the refusal, the last success and the load are each counted from one event).
     let text = metrics_when(&server, |text| {
         value(text, "nv_inference_request_failure{model=\"mlp\"}") == Some(2.0)
-            && value(text, "clockwork_requests_within_slo{model=\"mlp\"}") == Some(3.0)
+            && value(text, "clockwork_requests{model=\"mlp\",outcome=\"ok\"}") == Some(3.0)
             && refusals(text) == 1.0
             // mlp's load, and the zoo's other models preloaded while memory allows.
             && value(text, "clockwork_loads{device=\"0\"}").is_some_and(|n| n >= 1.0)
@@ -82,7 +82,7 @@ async fn successes_failures_and_device_work_are_counted() {
         get("nv_inference_pending_request_count{model=\"mlp\"}"),
         0.0
     );
-    assert_eq!(get("clockwork_requests_within_slo{model=\"mlp\"}"), 3.0);
+    assert_eq!(get("clockwork_requests{model=\"mlp\",outcome=\"ok\"}"), 3.0);
     // Refused at admission or on expiry, depending on whether the model was warm.
     assert_eq!(refusals(&text), 1.0, "{text}");
     assert_eq!(
@@ -97,7 +97,87 @@ async fn successes_failures_and_device_work_are_counted() {
     assert!(get("clockwork_device_busy_seconds{device=\"0\",lane=\"exec\"}") > 0.0);
     assert!(get("clockwork_prediction_error_seconds_count{kind=\"infer\"}") >= 1.0);
     assert!(text.contains("# TYPE nv_inference_request_success counter"));
+    // Answers by outcome: every kind, decided by the controller or before it.
+    assert_eq!(
+        get("clockwork_requests{model=\"mlp\",outcome=\"bad_input\"}"),
+        1.0
+    );
+    assert_eq!(
+        get("clockwork_requests{model=\"mlp\",outcome=\"late\"}"),
+        0.0
+    );
+    // One observation per success in each latency histogram, the end to end one counted
+    // once the answer was encoded (before the reply, so before this read).
+    for family in ["duration", "queue", "compute"] {
+        let name = format!("clockwork_request_{family}_seconds");
+        assert_eq!(get(&format!("{name}_count{{model=\"mlp\"}}")), 3.0);
+        assert_eq!(
+            get(&format!("{name}_bucket{{model=\"mlp\",le=\"+Inf\"}}")),
+            3.0
+        );
+        assert_eq!(get(&format!("{name}_count{{model=\"resnet\"}}")), 0.0);
+    }
+    assert!(
+        get("clockwork_request_duration_seconds_sum{model=\"mlp\"}")
+            >= get("clockwork_request_compute_seconds_sum{model=\"mlp\"}")
+    );
+    // Series start at zero, so a rate sees the first refusal.
+    assert_eq!(
+        get("clockwork_edge_refusals{model=\"mlp\",stage=\"before_reading\"}"),
+        0.0
+    );
     // No label carries an unknown model's name.
     assert!(!text.contains("model=\"x\""));
+    server.stop().await;
+}
+
+/// Every metric name a query of the Grafana dashboard reads (`clockwork_*`, `nv_*`).
+fn dashboard_metrics() -> std::collections::BTreeSet<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/grafana/clockwork.json");
+    let text = std::fs::read_to_string(path).expect("the dashboard");
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("dashboard JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let mut exprs: Vec<&str> = panels
+        .iter()
+        .flat_map(|p| p["targets"].as_array().expect("targets"))
+        .map(|t| t["expr"].as_str().expect("expr"))
+        .collect();
+    exprs.extend(dashboard["templating"]["list"][0]["definition"].as_str());
+    exprs
+        .iter()
+        .flat_map(|e| e.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')))
+        .filter(|word| word.starts_with("clockwork_") || word.starts_with("nv_"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[actix_web::test]
+async fn every_metric_the_grafana_dashboard_reads_is_served() {
+    let wanted = dashboard_metrics();
+    // Each panel of the issue: outcomes and goodput, the three latencies, edge refusals.
+    for name in [
+        "clockwork_requests",
+        "clockwork_request_duration_seconds_bucket",
+        "clockwork_request_queue_seconds_bucket",
+        "clockwork_request_compute_seconds_bucket",
+        "clockwork_edge_refusals",
+    ] {
+        assert!(wanted.contains(name), "{name} not in {wanted:?}");
+    }
+    let server = start_default().await;
+    let (status, _) = server
+        .post_json("/v2/models/mlp/infer", &mlp_request(1.0))
+        .await;
+    assert_eq!(status, 200);
+    let served = |text: &str, name: &str| {
+        text.lines().any(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|r| r.starts_with(['{', ' ']))
+        })
+    };
+    // Device time arrives with an event: wait until every name is there (or fail, showing
+    // the text served).
+    let text = metrics_when(&server, |text| wanted.iter().all(|n| served(text, n))).await;
+    assert!(wanted.iter().all(|n| served(&text, n)));
     server.stop().await;
 }

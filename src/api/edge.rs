@@ -87,6 +87,9 @@ pub enum Stage {
 }
 
 impl Stage {
+    /// Every stage, so a model's refusal series can start at zero.
+    pub const ALL: [Stage; 3] = [Stage::BeforeReading, Stage::Reading, Stage::Decoding];
+
     /// Its name as a metric label and in messages.
     pub fn as_str(self) -> &'static str {
         match self {

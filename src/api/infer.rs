@@ -122,11 +122,9 @@ pub(super) async fn run(
     if done > front.arrival.saturating_add(slo) {
         state.metrics.late_at_edge(&front.key);
     }
-    Ok(with_server_timing(
-        called.response,
-        done.saturating_sub(front.arrival),
-        called.exec,
-    ))
+    let took = done.saturating_sub(front.arrival);
+    state.metrics.delivered(&front.key, took);
+    Ok(with_server_timing(called.response, took, called.exec))
 }
 
 /// What a request at a model's path is for.

@@ -13,7 +13,7 @@
 //! | `v2.rs`, `codec.rs` | protocol bodies; tensor data to bytes and back |
 //! | `binary.rs` | Triton's binary tensor data extension |
 //! | `repository.rs` | Triton's model repository extension |
-//! | `metrics.rs` | `/metrics`, fed by the runtime's events |
+//! | `metrics/` | `/metrics`, fed by the runtime's events: per-model counters and latency histograms, the front end's, the devices', the pipelines' |
 //! | `openapi.rs` | `/v2/openapi.json`, collected from the routes |
 //! | `error.rs` | the one error type, its kinds and status codes |
 
@@ -27,7 +27,6 @@ mod infer;
 mod metrics;
 mod models;
 pub mod openapi;
-mod pipeline_metrics;
 mod pipelines;
 mod repository;
 mod v2;

@@ -1,13 +1,15 @@
 //! The metrics of pipelines, from the pipeline actors' events: per pipeline, root
 //! requests by outcome and their end-to-end latency; per stage, its sub-requests'
-//! latency and how many requests one upstream result became (the fan-out).
+//! latency and how many requests one upstream result became (the fan-out). Latencies use
+//! the models' buckets ([`latency_buckets`]), so one panel reads both alike.
 
-use prometheus::{exponential_buckets, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
+use super::model::latency_buckets;
 use crate::events::{FanOut, PipelineAnswered, StageAnswered};
 
 /// The pipeline families of the server's registry.
-pub struct PipelineMetrics {
+pub(super) struct PipelineMetrics {
     /// Root requests answered, by pipeline and outcome.
     requests: IntCounterVec,
     /// End-to-end latency of answered roots, by pipeline.
@@ -21,7 +23,7 @@ pub struct PipelineMetrics {
 impl PipelineMetrics {
     /// Registers the families in `r`.
     pub fn register(r: &Registry) -> prometheus::Result<Self> {
-        let seconds = exponential_buckets(1e-4, 2.0, 18)?;
+        let seconds = latency_buckets();
         let requests = IntCounterVec::new(
             Opts::new(
                 "clockwork_pipeline_requests",
@@ -65,6 +67,7 @@ impl PipelineMetrics {
         })
     }
 
+    /// A root's answer: counted by outcome, its latency observed.
     pub fn answered(&self, e: &PipelineAnswered) {
         let outcome = e.outcome.as_str();
         self.requests
@@ -76,12 +79,14 @@ impl PipelineMetrics {
             .observe(seconds);
     }
 
+    /// A stage's sub-request answered.
     pub fn stage(&self, e: &StageAnswered) {
         self.stage_latency
             .with_label_values(&[&*e.pipeline, &*e.stage])
             .observe(e.latency as f64 / 1e9);
     }
 
+    /// One upstream result became `e.count` requests.
     pub fn fan_out(&self, e: &FanOut) {
         self.fan_out
             .with_label_values(&[&*e.pipeline, &*e.stage])

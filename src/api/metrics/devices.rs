@@ -1,0 +1,94 @@
+//! The devices' series, from the executors' reports (`ActionDone` events): time busy per
+//! lane, loads and evictions, failed actions, and how far each action's measured duration
+//! was from the one the controller planned with.
+
+use prometheus::{CounterVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+
+use super::{counter, registered, seconds};
+use crate::events::ActionDone;
+use crate::protocol::ActionTag;
+
+/// The device families of the server's registry.
+pub(super) struct DeviceMetrics {
+    loads: IntCounterVec,
+    evictions: IntCounterVec,
+    action_failures: IntCounterVec,
+    busy: CounterVec,
+    prediction_error: HistogramVec,
+}
+
+/// Measured minus planned duration of actions, by action kind: buckets on both sides of 0.
+fn prediction_error_family() -> prometheus::Result<HistogramVec> {
+    let signed = vec![-1e-2, -1e-3, -1e-4, -1e-5, 0.0, 1e-5, 1e-4, 1e-3, 1e-2];
+    let opts = HistogramOpts::new(
+        "clockwork_prediction_error_seconds",
+        "Measured minus planned duration of actions",
+    );
+    HistogramVec::new(opts.buckets(signed), &["kind"])
+}
+
+impl DeviceMetrics {
+    /// Registers the families in `r`.
+    pub fn register(r: &Registry) -> prometheus::Result<Self> {
+        let busy = CounterVec::new(
+            Opts::new(
+                "clockwork_device_busy_seconds",
+                "Time devices spent executing actions, by lane",
+            ),
+            &["device", "lane"],
+        )?;
+        let device = ["device"];
+        Ok(Self {
+            loads: counter(
+                r,
+                "clockwork_loads",
+                "Model loads completed, by device",
+                &device,
+            )?,
+            evictions: counter(
+                r,
+                "clockwork_evictions",
+                "Model unloads (evictions) completed, by device",
+                &device,
+            )?,
+            action_failures: counter(
+                r,
+                "clockwork_action_failures",
+                "Actions that did not complete, by kind",
+                &["kind"],
+            )?,
+            busy: registered(r, busy)?,
+            prediction_error: registered(r, prediction_error_family()?)?,
+        })
+    }
+
+    /// Folds one report in; an INFER's batch is counted by the model's series, hence the
+    /// answer: whether `event` was a batch that ran.
+    pub fn action(&self, event: &ActionDone) -> bool {
+        let Some(measured) = event.measured else {
+            self.action_failures
+                .with_label_values(&[event.kind.as_str()])
+                .inc();
+            return false;
+        };
+        let device = event.device.0.to_string();
+        let lane = if event.kind.is_load_lane() {
+            "load"
+        } else {
+            "exec"
+        };
+        self.busy
+            .with_label_values(&[device.as_str(), lane])
+            .inc_by(seconds(measured.duration));
+        let error = measured.duration as f64 - event.expected as f64;
+        self.prediction_error
+            .with_label_values(&[event.kind.as_str()])
+            .observe(error / 1e9);
+        match event.kind {
+            ActionTag::Infer => return true,
+            ActionTag::Load => self.loads.with_label_values(&[device.as_str()]).inc(),
+            ActionTag::Unload => self.evictions.with_label_values(&[device.as_str()]).inc(),
+        }
+        false
+    }
+}

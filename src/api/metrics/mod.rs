@@ -1,0 +1,289 @@
+//! `GET /metrics`: Prometheus text exposition.
+//!
+//! Most numbers come from the controller's events, aggregated by a task of their own off
+//! the request path. The request path adds only what no event carries: requests pending
+//! at the API, errors found before the controller admitted a request, each request's
+//! queue and compute time (its answer carries them; the events do not), the front end's
+//! own time and each success's latency from its arrival at the edge to its answer encoded.
+//!
+//! Triton's names where they fit (`nv_inference_*`, label `model`), this runtime's own as
+//! `clockwork_*`. Label values are model and pipeline names, device numbers and fixed
+//! kinds (outcomes, phases, stages), so the number of series is bounded by the
+//! configuration.
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `mod.rs` | the registry, the front end's series, the events task, the route |
+//! | `model.rs` | a model's series: Triton's counters, answers by outcome, latency histograms and their buckets |
+//! | `devices.rs` | the devices' series, from the executors' reports |
+//! | `pipeline.rs` | the pipelines' series, from the pipeline actors' events |
+
+mod devices;
+mod model;
+mod pipeline;
+
+use std::sync::{Arc, RwLock};
+
+use actix_web::{get, web, HttpResponse};
+use prometheus::{
+    core::Collector, exponential_buckets, Encoder as _, HistogramOpts, HistogramVec, IntCounter,
+    IntCounterVec, Opts, Registry, TextEncoder,
+};
+use tokio::sync::broadcast::{self, error::RecvError};
+
+use super::edge::{FrontKey, Phase, Stage};
+use super::error::ApiError;
+use super::ApiState;
+use crate::actors::messages::Inferred;
+use crate::events::{Event, RequestAnswered};
+use crate::model::{ModelId, ModelSpec};
+use crate::time::Nanos;
+use devices::DeviceMetrics;
+use model::{ModelFamilies, PerModel};
+use pipeline::PipelineMetrics;
+
+/// Every metric of the server.
+pub struct Metrics {
+    registry: Registry,
+    families: ModelFamilies,
+    /// Series of each model, indexed by id; grows when a model is registered.
+    models: RwLock<Vec<Arc<PerModel>>>,
+    api_errors: IntCounterVec,
+    events_lost: IntCounter,
+    /// The front end's own time per request, by model and phase (read, wait, decode,
+    /// respond): what the edge counts in each request's plan.
+    front: HistogramVec,
+    /// Answers that left after their deadline as measured from the edge.
+    edge_late: IntCounterVec,
+    devices: DeviceMetrics,
+    /// Pipelines' roots, stages and fan-outs.
+    pipelines: PipelineMetrics,
+}
+
+fn counter(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> prometheus::Result<IntCounterVec> {
+    registered(registry, IntCounterVec::new(Opts::new(name, help), labels)?)
+}
+
+/// Registers `collector` with `registry` and hands it back.
+fn registered<C: Collector + Clone + 'static>(
+    registry: &Registry,
+    collector: C,
+) -> prometheus::Result<C> {
+    registry.register(Box::new(collector.clone()))?;
+    Ok(collector)
+}
+
+/// The front end's time per request, by model and phase.
+fn front_family() -> prometheus::Result<HistogramVec> {
+    let opts = HistogramOpts::new(
+        "clockwork_front_seconds",
+        "Time the HTTP front end spent on a request, by phase",
+    );
+    HistogramVec::new(
+        opts.buckets(exponential_buckets(0.000_05, 2.0, 14)?),
+        &["model", "phase"],
+    )
+}
+
+impl Metrics {
+    /// Registers every series; the models' series start at zero.
+    pub fn new(models: &[ModelSpec]) -> prometheus::Result<Self> {
+        let r = Registry::new();
+        let families = ModelFamilies::register(&r)?;
+        let per_model = models
+            .iter()
+            .map(|spec| Arc::new(families.resolve(&spec.name)))
+            .collect();
+        let events_lost = IntCounter::new(
+            "clockwork_metrics_events_lost",
+            "Events the metrics task fell too far behind to see",
+        )?;
+        Ok(Self {
+            pipelines: PipelineMetrics::register(&r)?,
+            devices: DeviceMetrics::register(&r)?,
+            api_errors: counter(
+                &r,
+                "clockwork_request_errors",
+                "Error answers of the inference routes, by error_type",
+                &["error_type"],
+            )?,
+            events_lost: registered(&r, events_lost)?,
+            front: registered(&r, front_family()?)?,
+            edge_late: counter(
+                &r,
+                "clockwork_edge_late",
+                "Answers that left after the deadline counted from the request's arrival",
+                &["model"],
+            )?,
+            families,
+            models: RwLock::new(per_model),
+            registry: r,
+        })
+    }
+
+    fn model(&self, id: ModelId) -> Option<Arc<PerModel>> {
+        let models = self.models.read().unwrap_or_else(|e| e.into_inner());
+        models.get(id.0 as usize).cloned()
+    }
+
+    /// Starts the series of a model registered while serving; its id is the next one.
+    pub fn add_model(&self, spec: &ModelSpec) {
+        let series = Arc::new(self.families.resolve(&spec.name));
+        let mut models = self.models.write().unwrap_or_else(|e| e.into_inner());
+        models.push(series);
+    }
+
+    /// Adds `delta` to the requests of `model` waiting at the API.
+    pub fn pending(&self, model: ModelId, delta: i64) {
+        if let Some(m) = self.model(model) {
+            m.pending.add(delta);
+        }
+    }
+
+    /// A success as the API saw it: where its time went.
+    pub fn success(&self, model: ModelId, inferred: &Inferred) {
+        if let Some(m) = self.model(model) {
+            let timing = &inferred.timing;
+            m.ran(
+                timing.exec.begin.saturating_sub(timing.arrival),
+                timing.exec.duration,
+            );
+        }
+    }
+
+    /// An error answer; a known model's answer is counted here unless the controller
+    /// decided it (then its event counts it).
+    pub fn api_error(&self, error: &ApiError, model: Option<ModelId>) {
+        let kind = error.kind();
+        self.api_errors.with_label_values(&[kind.as_str()]).inc();
+        // The controller publishes the answers it decided; the front end's own refusals
+        // share their outcome but never reached it.
+        let published = kind.after_admission() && !matches!(error, ApiError::Early { .. });
+        if let Some(m) = model.and_then(|id| self.model(id)) {
+            if !published {
+                m.answered(kind);
+            }
+        }
+    }
+
+    /// Calls `f` with the `model` label of the front end's series (a model's name, or a
+    /// pipeline's: pipelines are served at the models' paths) and, for a model, its series.
+    fn front_series(&self, key: &FrontKey, f: impl FnOnce(&str, Option<&PerModel>)) {
+        match key {
+            FrontKey::Model(id) => {
+                if let Some(m) = self.model(*id) {
+                    f(m.name.as_str(), Some(&m));
+                }
+            }
+            FrontKey::Pipeline(name) => f(name, None),
+        }
+    }
+
+    /// Time the front end spent on one phase of a request of `key`.
+    pub fn front(&self, key: &FrontKey, phase: Phase, took: Nanos) {
+        self.front_series(key, |name, _| {
+            self.front
+                .with_label_values(&[name, phase.as_str()])
+                .observe(seconds(took));
+        });
+    }
+
+    /// A request the front end refused on its own (the controller never saw it; for a
+    /// pipeline, neither did its actor, so its root outcomes do not count it). Its answer
+    /// is counted by outcome when the error is (`api_error`).
+    pub fn refused_at_edge(&self, key: &FrontKey, stage: Stage) {
+        self.front_series(key, |name, model| match model {
+            Some(m) => m.refused_at_edge(stage),
+            None => self
+                .families
+                .edge_refusals
+                .with_label_values(&[name, stage.as_str()])
+                .inc(),
+        });
+    }
+
+    /// A success of a model's request, its answer encoded `took` after its arrival at the
+    /// edge. A pipeline's roots have their own latency (`clockwork_pipeline_latency_seconds`).
+    pub fn delivered(&self, key: &FrontKey, took: Nanos) {
+        self.front_series(key, |_, model| {
+            if let Some(m) = model {
+                m.latency.observe(seconds(took));
+            }
+        });
+    }
+
+    /// An answer that left after its deadline counted from the edge.
+    pub fn late_at_edge(&self, key: &FrontKey) {
+        self.front_series(key, |name, _| {
+            self.edge_late.with_label_values(&[name]).inc();
+        });
+    }
+
+    fn answered(&self, event: &RequestAnswered) {
+        let Some(m) = self.model(event.model) else {
+            return;
+        };
+        m.answered(event.outcome);
+        if event.outcome.is_success() {
+            let duration = event.answered.saturating_sub(event.arrival);
+            m.request_us.inc_by(duration / 1000);
+        }
+    }
+
+    /// Folds one event into the metrics.
+    pub fn observe(&self, event: &Event) {
+        match event {
+            Event::RequestAnswered(e) => self.answered(e),
+            Event::ActionDone(e) => {
+                if self.devices.action(e) {
+                    if let Some(m) = self.model(e.model) {
+                        m.exec_count.inc();
+                    }
+                }
+            }
+            Event::PipelineAnswered(e) => self.pipelines.answered(e),
+            Event::StageAnswered(e) => self.pipelines.stage(e),
+            Event::FanOut(e) => self.pipelines.fan_out(e),
+        }
+    }
+
+    /// The exposition text.
+    pub fn render(&self) -> String {
+        TextEncoder::new()
+            .encode_to_string(&self.registry.gather())
+            .unwrap_or_else(|e| format!("# metrics could not be encoded: {e}\n"))
+    }
+}
+
+fn seconds(nanos: Nanos) -> f64 {
+    nanos as f64 / 1e9
+}
+
+/// Aggregates the runtime's events into `metrics` until the runtime stops.
+pub fn collect(metrics: Arc<Metrics>, mut events: broadcast::Receiver<Event>) {
+    actix_web::rt::spawn(async move {
+        loop {
+            match events.recv().await {
+                Ok(event) => metrics.observe(&event),
+                Err(RecvError::Lagged(lost)) => metrics.events_lost.inc_by(lost),
+                Err(RecvError::Closed) => break,
+            }
+        }
+    });
+}
+
+/// Prometheus text exposition of every metric.
+#[utoipa::path(tag = "server", responses(
+    (status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain"),
+))]
+#[get("/metrics")]
+pub(super) async fn prometheus_text(state: web::Data<ApiState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type(TextEncoder::new().format_type())
+        .body(state.metrics.render())
+}
