@@ -159,7 +159,7 @@ pub async fn ready_models(client: &Client, base: &str) -> Result<Vec<String>, Cl
         .collect())
 }
 
-/// Reads a model's metadata and prepares its binary requests ([`VARIANTS`] of them, FP32
+/// Reads a model's metadata and prepares its binary requests (`VARIANTS` of them, FP32
 /// inputs drawn from `seed`).
 pub async fn prepare(
     client: &Client,

@@ -9,7 +9,7 @@
 //!   `--fanout-var`), the same for both branches.
 //! - `cascade`: a conditional two-model cascade. A cheap classifier answers every image
 //!   and says how unsure it is; the expensive one runs only when it is unsure, on the
-//!   image's features ([512]), for a fraction `--escalate` of the images (a draw of 0 or 1
+//!   image's features (`[512]`), for a fraction `--escalate` of the images (a draw of 0 or 1
 //!   per image).
 
 use std::fmt::{self, Write as _};
