@@ -148,3 +148,54 @@ pub fn apply(input: &[u8], edits: &[Edit]) -> Vec<u8> {
 pub fn apply_text(input: &str, edits: &[Edit]) -> String {
     String::from_utf8_lossy(&apply(input.as_bytes(), edits)).into_owned()
 }
+
+/// The largest single allocation this thread made, so a test can check that a small
+/// hostile input never makes a parser reserve memory out of proportion to it.
+mod allocations {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    thread_local! {
+        // Const-initialised and without a destructor: safe to touch from the allocator.
+        pub static LARGEST: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// The system allocator, noting each thread's largest request.
+    pub struct Tracking;
+
+    unsafe impl GlobalAlloc for Tracking {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            note(layout.size());
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            unsafe { System.dealloc(ptr, layout) }
+        }
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            note(layout.size());
+            unsafe { System.alloc_zeroed(layout) }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            note(new_size);
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
+    }
+
+    fn note(size: usize) {
+        let _ = LARGEST.try_with(|l| l.set(l.get().max(size)));
+    }
+}
+
+#[global_allocator]
+static TRACKING: allocations::Tracking = allocations::Tracking;
+
+/// Runs `f` and returns what it returned with the largest single allocation it made on
+/// this thread.
+pub fn largest_allocation<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    allocations::LARGEST.with(|l| l.set(0));
+    let out = f();
+    (out, allocations::LARGEST.with(|l| l.get()))
+}
+
+/// Most bytes one allocation may take while parsing a fuzzed input of a few KiB.
+pub const ALLOCATION_LIMIT: usize = 16 << 20;
