@@ -76,7 +76,9 @@ pub fn from_json(
     count: usize,
     data: &Value,
 ) -> Result<Vec<u8>, String> {
-    let mut values = Vec::with_capacity(count);
+    // Sized by the data the client sent, never by the shape it declared: a shape of
+    // 2^40 elements must be refused, not reserved for.
+    let mut values = Vec::new();
     flatten(data, &mut values);
     if values.len() != count {
         return Err(format!(
@@ -84,7 +86,7 @@ pub fn from_json(
             values.len()
         ));
     }
-    let mut out = Vec::with_capacity(count * datatype.size().unwrap_or(8));
+    let mut out = Vec::with_capacity(values.len() * datatype.size().unwrap_or(8));
     let wrong = |value: &Value| {
         let expected = datatype_name(datatype);
         format!("input '{name}' has the value {value}, which is not a {expected}")
@@ -156,10 +158,10 @@ pub fn bytes_elements(data: &[u8]) -> Option<Vec<&[u8]>> {
 /// Checks that raw (binary) data holds exactly `count` elements of `datatype`.
 pub fn check_raw(name: &str, datatype: DataType, count: usize, data: &[u8]) -> Result<(), String> {
     match datatype.size() {
-        Some(size) if data.len() != count * size => Err(format!(
-            "input '{name}' has {} bytes of binary data, its shape needs {}",
+        // A declared count whose byte size overflows cannot match any body.
+        Some(size) if count.checked_mul(size) != Some(data.len()) => Err(format!(
+            "input '{name}' has {} bytes of binary data, its shape needs {count} elements of {size} bytes",
             data.len(),
-            count * size
         )),
         Some(_) => Ok(()),
         None => match bytes_elements(data) {

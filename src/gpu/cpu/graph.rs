@@ -60,6 +60,24 @@ impl Signature {
         if inputs.is_empty() {
             return Err(CpuError::Unsupported("the graph has no inputs".into()));
         }
+        // tract indexes its outlets by these names and panics on one nothing produces.
+        let produced: std::collections::HashSet<&str> = graph
+            .node
+            .iter()
+            .flat_map(|n| n.output.iter().map(String::as_str))
+            .chain(graph.input.iter().map(|i| i.name.as_str()))
+            .chain(initializers.iter().copied())
+            .collect();
+        if let Some(o) = graph
+            .output
+            .iter()
+            .find(|o| !produced.contains(o.name.as_str()))
+        {
+            return Err(CpuError::Decode(format!(
+                "the graph output '{}' is produced by no node",
+                o.name
+            )));
+        }
         Ok(Self {
             inputs,
             outputs: graph.output.iter().map(|o| o.name.clone()).collect(),
