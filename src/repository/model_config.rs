@@ -17,6 +17,11 @@ use serde::Deserialize;
 use crate::config::BackendKind;
 use crate::model::TensorSpec;
 
+/// The largest batch a model may be configured with: plans are built and profiled per
+/// batch size at registration, and the policy's own `max_batch` (16 by default) caps what
+/// it runs anyway.
+pub const MAX_BATCH_SIZE: u32 = 4096;
+
 /// `config.toml` of one model of the repository.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -64,6 +69,12 @@ impl ModelFileConfig {
             (None, Some(g)) => g,
             (None, None) => 16,
         };
+        if max > MAX_BATCH_SIZE {
+            return Err(format!(
+                "max_batch_size = {max} is above {MAX_BATCH_SIZE}: a plan is built and profiled \
+                 for each batch size, so one that large would not fit in memory"
+            ));
+        }
         let sizes = match &self.batch_sizes {
             Some(sizes) => {
                 if let Some(bad) = sizes.iter().find(|&&b| b == 0 || b > max) {
@@ -120,6 +131,21 @@ mod tests {
         assert!(err.contains("fixed to 1"), "{err}");
         let config = ModelFileConfig::parse("max_batch_size = 0").unwrap();
         assert_eq!(config.batch_sizes(Some(1)).unwrap(), vec![1]);
+    }
+
+    /// A batch dimension configured (or fixed in the graph) beyond what could be planned
+    /// is refused with the reason, not built: 2^31 was found by fuzzing the config.
+    #[test]
+    fn a_batch_too_large_to_plan_is_refused() {
+        let config = ModelFileConfig::parse("max_batch_size = 2147483648").unwrap();
+        let err = config.batch_sizes(None).unwrap_err();
+        assert!(err.contains("above 4096"), "{err}");
+        let err = ModelFileConfig::default()
+            .batch_sizes(Some(1 << 20))
+            .unwrap_err();
+        assert!(err.contains("max_batch_size = 1048576"), "{err}");
+        let config = ModelFileConfig::parse("max_batch_size = 4096").unwrap();
+        assert_eq!(config.batch_sizes(None).unwrap().last(), Some(&4096));
     }
 
     #[test]

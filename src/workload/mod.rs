@@ -264,6 +264,22 @@ pub enum WorkloadError {
         /// The rate asked for.
         rate: f64,
     },
+    /// One trace minute would make more arrivals than a replay holds at once.
+    #[error(
+        "{}: trace minute {minute} makes {arrivals:.0} arrivals (after scaling to the rate), \
+         more than the {limit} a replay holds at once: lower --rate or use fewer trace minutes",
+        dir.display()
+    )]
+    MinuteTooBusy {
+        /// The trace directory.
+        dir: PathBuf,
+        /// The trace minute (from 0).
+        minute: u64,
+        /// Its arrivals, scaled.
+        arrivals: f64,
+        /// [`trace::MAX_MINUTE_ARRIVALS`].
+        limit: u64,
+    },
 }
 
 /// `", column N"` or nothing, for [`WorkloadError::Format`].

@@ -111,6 +111,7 @@ pub(crate) fn replay(
             rate: params.rate,
         });
     };
+    check_minutes(dir, &counts, models, factor)?;
     Ok(TraceStream {
         counts,
         models,
@@ -125,6 +126,34 @@ pub(crate) fn replay(
         labels: Vec::new(),
         spacing: Vec::new(),
     })
+}
+
+/// Arrivals one trace minute may make: a replay holds a minute's arrivals at once (about
+/// 36 bytes each with its scratch), so this keeps a replay under about 1 GiB. The busiest
+/// minute of the published trace, all functions together, is far below it.
+pub const MAX_MINUTE_ARRIVALS: u64 = 30_000_000;
+
+/// Refuses a trace whose busiest minute (scaled by `factor`) would make more arrivals
+/// than [`MAX_MINUTE_ARRIVALS`], before anything is generated.
+fn check_minutes(
+    dir: &Path,
+    counts: &[u32],
+    models: usize,
+    factor: f64,
+) -> Result<(), WorkloadError> {
+    for (minute, row) in counts.chunks(models.max(1)).enumerate() {
+        let arrivals = row.iter().map(|&n| f64::from(n)).sum::<f64>() * factor;
+        // `+ 1` per model: stochastic rounding may add one to each count.
+        if arrivals + models as f64 > MAX_MINUTE_ARRIVALS as f64 {
+            return Err(WorkloadError::MinuteTooBusy {
+                dir: dir.to_path_buf(),
+                minute: minute as u64,
+                arrivals,
+                limit: MAX_MINUTE_ARRIVALS,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Pass 1: the model of every function, from its rank by total count inside the window
