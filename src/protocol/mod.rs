@@ -192,10 +192,39 @@ pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, WireError> {
 }
 
 /// Decodes one protocol message that fills `bytes` exactly.
+///
+/// The decoder may allocate what a length prefix claims before it finds the bytes
+/// missing, so its limit follows the frame: a message holds no more than
+/// `DECODE_GROWTH` times its encoded size in memory (elements are at least a byte on the
+/// wire), and a 27-byte frame claiming half a gigabyte (found by `tests/fuzz_protocol.rs`)
+/// is refused instead of allocated. The limit does not change the encoding.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, WireError> {
-    let (message, read) = bincode::serde::decode_from_slice(bytes, config())?;
+    let budget = bytes.len().saturating_mul(DECODE_GROWTH);
+    let (message, read) = if budget <= 1 << 16 {
+        decode_within::<T, { 1 << 16 }>(bytes)?
+    } else if budget <= 1 << 20 {
+        decode_within::<T, { 1 << 20 }>(bytes)?
+    } else if budget <= 1 << 24 {
+        decode_within::<T, { 1 << 24 }>(bytes)?
+    } else if budget <= 1 << 28 {
+        decode_within::<T, { 1 << 28 }>(bytes)?
+    } else {
+        decode_within::<T, MAX_MESSAGE_BYTES>(bytes)?
+    };
     match bytes.len().saturating_sub(read) {
         0 => Ok(message),
         left => Err(WireError::Trailing(left)),
     }
+}
+
+/// How many times its encoded size a message may take once decoded (a `u64` written as a
+/// one-byte varint takes 8).
+const DECODE_GROWTH: usize = 16;
+
+/// Decodes with the protocol's configuration and a limit of `LIMIT` bytes claimed.
+fn decode_within<T: DeserializeOwned, const LIMIT: usize>(
+    bytes: &[u8],
+) -> Result<(T, usize), bincode::error::DecodeError> {
+    let config = bincode::config::standard().with_limit::<LIMIT>();
+    bincode::serde::decode_from_slice(bytes, config)
 }
