@@ -44,8 +44,30 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Parses, types, optimises and plans `bytes` for `request.batch`.
+    /// Compiles the graph for one batch size. tract may panic on a graph it accepted (a
+    /// malformed tensor in a mutated model, found by `tests/fuzz_onnx.rs`): the panic is
+    /// caught and the model refused with it, like any other graph tract cannot plan,
+    /// rather than taking the registering thread down.
     pub fn compile(bytes: &[u8], request: PlanRequest<'_>) -> Result<Self, CpuError> {
+        let batch = request.batch;
+        let compiled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Self::compile_unguarded(bytes, request)
+        }));
+        compiled.unwrap_or_else(|panic| {
+            let message = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("no message");
+            Err(CpuError::Compile {
+                batch,
+                message: format!("tract panicked: {message}"),
+            })
+        })
+    }
+
+    /// Parses, types, optimises and plans `bytes` for `request.batch`.
+    fn compile_unguarded(bytes: &[u8], request: PlanRequest<'_>) -> Result<Self, CpuError> {
         let batch = request.batch;
         let failed = |e: TractError| CpuError::Compile {
             batch,
