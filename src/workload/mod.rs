@@ -277,7 +277,7 @@ pub enum WorkloadError {
         minute: u64,
         /// Its arrivals, scaled.
         arrivals: f64,
-        /// [`trace::MAX_MINUTE_ARRIVALS`].
+        /// The most one minute may make (`trace::MAX_MINUTE_ARRIVALS`).
         limit: u64,
     },
 }
