@@ -79,6 +79,8 @@ pub struct PolicyReport {
     /// `ok_in_slo / offered`.
     pub goodput: f64,
     pub latency_ms: LatencyMs,
+    /// How long refused requests waited for their refusal (zeros without refusals).
+    pub refusal_ms: LatencyMs,
     pub cold_loads: u64,
     /// Actions executors did not complete, by error (a refusal as too late means the
     /// controller's timeline was wrong).

@@ -44,6 +44,9 @@ pub struct Recorder {
     unrecognised: BTreeMap<String, u64>,
     /// Latency of successful answers in microseconds.
     latency_us: Histogram<u64>,
+    /// How long refused requests waited for their refusal, in microseconds: early
+    /// refusal means these are short.
+    refusal_us: Histogram<u64>,
     /// Measured minus planned duration of INFERs, nanoseconds.
     prediction_error: Vec<i64>,
     batches: u64,
@@ -74,6 +77,7 @@ impl Recorder {
             not_ok: BTreeMap::new(),
             unrecognised: BTreeMap::new(),
             latency_us: latency_histogram(),
+            refusal_us: latency_histogram(),
             prediction_error: Vec::new(),
             batches: 0,
             batched: 0,
@@ -144,9 +148,11 @@ impl Recorder {
                 self.latency_us.saturating_record(latency.max(1));
                 self.late += 1;
             }
-            Class::Refused | Class::Rejected | Class::Failed => {
+            Class::Refused => {
+                self.refusal_us.saturating_record(latency.max(1));
                 *self.not_ok.entry(outcome).or_default() += 1
             }
+            Class::Rejected | Class::Failed => *self.not_ok.entry(outcome).or_default() += 1,
         }
     }
 
@@ -208,6 +214,7 @@ impl Recorder {
             errors,
             goodput: ratio(self.ok_in_slo, offered),
             latency_ms: percentiles(&self.latency_us),
+            refusal_ms: percentiles(&self.refusal_us),
             cold_loads: self.loads,
             action_errors: self.action_errors.clone(),
             evictions: self.unloads,
@@ -320,6 +327,12 @@ mod tests {
             (100, 90, 5)
         );
         assert_eq!(report.refused, BTreeMap::from([("timed_out".into(), 3)]));
+        // The three refusals waited 96, 97 and 98 ms; errors are not refusals.
+        let wait = &report.refusal_ms;
+        assert!(
+            (wait.p50 - 97.0).abs() < 0.1 && (wait.max - 98.0).abs() < 0.1,
+            "{wait:?}"
+        );
         let errors = BTreeMap::from([("bad_input".into(), 1), ("http_error".into(), 1)]);
         assert_eq!(report.errors, errors);
         assert_eq!(report.failed, 2);

@@ -80,7 +80,13 @@ pub fn markdown(report: &Report) -> String {
         let reasons = if reasons.is_empty() {
             "none".to_owned()
         } else {
-            reasons.join(", ")
+            let wait = &p.refusal_ms;
+            format!(
+                "{}; answered after p50 {:.2} ms, p99 {:.2} ms",
+                reasons.join(", "),
+                wait.p50,
+                wait.p99
+            )
         };
         let _ = writeln!(md, "- {}: {reasons}", p.policy);
     }
