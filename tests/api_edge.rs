@@ -133,21 +133,7 @@ async fn a_burst_is_answered_in_time_or_refused_before_decoding() {
     );
     assert!(!ok.is_empty(), "some served");
     for answer in &ok {
-        // The server says how long it held each answer: no longer than the client waited
-        // for it (lateness inside the server is the `clockwork_edge_late` check below).
-        let timing = answer.3.as_deref().expect("Server-Timing on every answer");
-        let edge_ms: f64 = timing
-            .strip_prefix("edge;dur=")
-            .and_then(|rest| rest.split(',').next())
-            .and_then(|ms| ms.parse().ok())
-            .unwrap_or_else(|| panic!("edge;dur=<ms> first: {timing}"));
-        assert!(edge_ms > 0.0, "{timing}");
-        assert!(
-            edge_ms <= answer.2.as_secs_f64() * 1e3,
-            "{timing} vs {:?}",
-            answer.2
-        );
-        assert!(timing.contains(", exec;dur="), "{timing}");
+        check_server_timing(answer.3.as_deref(), answer.2);
     }
     let slowest = answers.iter().map(|a| a.2).max().unwrap_or_default();
     assert!(
@@ -173,4 +159,21 @@ async fn a_burst_is_answered_in_time_or_refused_before_decoding() {
         "no answer left after its deadline"
     );
     server.stop().await;
+}
+
+/// The server says how long it held an answer: no longer than the client waited for it
+/// (`waited`); lateness inside the server is the `clockwork_edge_late` check.
+fn check_server_timing(header: Option<&str>, waited: Duration) {
+    let timing = header.expect("Server-Timing on every answer");
+    let edge_ms: f64 = timing
+        .strip_prefix("edge;dur=")
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("edge;dur=<ms> first: {timing}"));
+    assert!(edge_ms > 0.0, "{timing}");
+    assert!(
+        edge_ms <= waited.as_secs_f64() * 1e3,
+        "{timing} vs {waited:?}"
+    );
+    assert!(timing.contains(", exec;dur="), "{timing}");
 }
