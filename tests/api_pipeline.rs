@@ -243,6 +243,10 @@ async fn metadata_config_index_unload_and_refused_declarations() {
     assert_error(&answer, 503, "model_unavailable", "cascade");
     let (status, _) = server.get("/v2/models/cascade/ready").await;
     assert_eq!(status, 503);
+    for path in ["/v2/models/cascade", "/v2/models/cascade/config"] {
+        let answer = server.get_json(path).await;
+        assert_error(&answer, 503, "model_unavailable", "cascade");
+    }
     let (_, index) = server.post_json("/v2/repository/index", &json!({})).await;
     let entry = index
         .as_array()

@@ -278,6 +278,7 @@ async fn pipeline_ready(
 #[utoipa::path(tag = "models", responses(
     (status = 200, body = ModelMetadata),
     (status = 404, description = "unknown model", body = ErrorBody),
+    (status = 503, description = "a pipeline the repository unloaded", body = ErrorBody),
 ))]
 #[get("/v2/models/{model}")]
 pub(super) async fn metadata(
@@ -287,6 +288,8 @@ pub(super) async fn metadata(
     if let Some(served) = state.pipelines.get(&path) {
         return Ok(web::Json(pipeline_metadata(&served, None)?));
     }
+    // A pipeline the repository unloaded is known: unavailable, not unknown.
+    pipelines::refuse_unloaded(&state, &path)?;
     let entry = state.models.find(&path, None)?;
     Ok(web::Json(metadata_of(&entry.spec)))
 }
@@ -295,6 +298,7 @@ pub(super) async fn metadata(
 #[utoipa::path(tag = "models", responses(
     (status = 200, body = ModelMetadata),
     (status = 404, description = "unknown model or version", body = ErrorBody),
+    (status = 503, description = "a pipeline the repository unloaded", body = ErrorBody),
 ))]
 #[get("/v2/models/{model}/versions/{version}")]
 pub(super) async fn version_metadata(
@@ -305,6 +309,8 @@ pub(super) async fn version_metadata(
     if let Some(served) = state.pipelines.get(&model) {
         return Ok(web::Json(pipeline_metadata(&served, Some(&version))?));
     }
+    // A pipeline the repository unloaded is known: unavailable, not unknown.
+    pipelines::refuse_unloaded(&state, &model)?;
     let entry = state.models.find(&model, Some(&version))?;
     Ok(web::Json(metadata_of(&entry.spec)))
 }
@@ -377,6 +383,7 @@ pub(super) async fn version_ready(
 #[utoipa::path(tag = "models", responses(
     (status = 200, body = ModelConfig),
     (status = 404, description = "unknown model", body = ErrorBody),
+    (status = 503, description = "a pipeline the repository unloaded", body = ErrorBody),
 ))]
 #[get("/v2/models/{model}/config")]
 pub(super) async fn config(
@@ -386,6 +393,8 @@ pub(super) async fn config(
     if let Some(served) = state.pipelines.get(&path) {
         return Ok(HttpResponse::Ok().json(pipelines::config(&served, None, config_tensor)?));
     }
+    // A pipeline the repository unloaded is known: unavailable, not unknown.
+    pipelines::refuse_unloaded(&state, &path)?;
     let entry = state.models.find(&path, None)?;
     Ok(HttpResponse::Ok().json(config_of(&entry.spec)))
 }
@@ -394,6 +403,7 @@ pub(super) async fn config(
 #[utoipa::path(tag = "models", responses(
     (status = 200, body = ModelConfig),
     (status = 404, description = "unknown model or version", body = ErrorBody),
+    (status = 503, description = "a pipeline the repository unloaded", body = ErrorBody),
 ))]
 #[get("/v2/models/{model}/versions/{version}/config")]
 pub(super) async fn version_config(
@@ -408,6 +418,8 @@ pub(super) async fn version_config(
             config_tensor,
         )?));
     }
+    // A pipeline the repository unloaded is known: unavailable, not unknown.
+    pipelines::refuse_unloaded(&state, &model)?;
     let entry = state.models.find(&model, Some(&version))?;
     Ok(HttpResponse::Ok().json(config_of(&entry.spec)))
 }
