@@ -98,20 +98,8 @@ for format in json binary; do
     done
 done
 
-"$py" - "$out" "$capacity" <<'PY'
-import json, sys
-out, capacity = sys.argv[1], float(sys.argv[2])
-print(f"\n| body | load | rate/s | offered | goodput | late (in server) | refused | errors | p50 ms | p99 ms | refusal p99 ms |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-for fmt in ("json", "binary"):
-    for x in ("0.25", "0.5", "0.8", "1", "1.5", "2"):
-        r = json.load(open(f"{out}/{fmt}-{x}.json"))
-        errors = sum(r["errors"].values()) + r["client_overflow"] + r["unanswered"]
-        cell = lambda v: "-" if v is None else v
-        print(f"| {fmt} | {x}x | {r['rate']} | {r['offered']} | {r['goodput']} | {r['late']} ({r.get('late_in_server', '-')}) "
-              f"| {r['refused']} | {errors} | {cell(r['ok_p50_ms'])} | {cell(r['ok_p99_ms'])} "
-              f"| {cell(r['refused_p99_ms'])} |")
-PY
+echo
+"$py" "$(dirname "$0")/table.py" "$out"
 
 # Triton's own load tool at concurrency 1 to 4: does it complete without an error?
 pa=${PERF_ANALYZER:-/work/shared/tools/perf_analyzer}
