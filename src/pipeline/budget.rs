@@ -107,24 +107,11 @@ pub fn queued_below(pipeline: &Pipeline, stage: usize, cost: &dyn Fn(usize) -> N
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::{FanOut, Stage};
+    use crate::pipeline::Stage;
     use crate::time::MS;
 
     fn stage(name: &str, parent: Option<usize>, children: Vec<usize>, single: Nanos) -> Stage {
-        Stage {
-            name: name.into(),
-            model: "m".into(),
-            version: 1,
-            parent,
-            children,
-            fan_out: FanOut::One,
-            emulated_fan_out: None,
-            inputs: vec![],
-            outputs: vec![],
-            row: None,
-            fanned: false,
-            single,
-        }
+        crate::pipeline::test_stage(name, parent, children, single)
     }
 
     fn tree() -> Pipeline {

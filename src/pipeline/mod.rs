@@ -100,3 +100,28 @@ impl Pipeline {
         (0..self.stages.len()).filter(|&i| self.stages[i].parent.is_none())
     }
 }
+
+/// A stage with no tensors, for tests of the rules that read only the tree and the
+/// batch-1 estimates (budget splits, tuning).
+#[cfg(test)]
+pub(crate) fn test_stage(
+    name: &str,
+    parent: Option<usize>,
+    children: Vec<usize>,
+    single: Nanos,
+) -> Stage {
+    Stage {
+        name: name.into(),
+        model: "m".into(),
+        version: 1,
+        parent,
+        children,
+        fan_out: FanOut::One,
+        emulated_fan_out: None,
+        inputs: vec![],
+        outputs: vec![],
+        row: None,
+        fanned: false,
+        single,
+    }
+}

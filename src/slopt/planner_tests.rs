@@ -2,7 +2,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::pipeline::budget::Proportional;
-use crate::pipeline::{FanOut, Stage};
+use crate::pipeline::Stage;
 
 fn profile() -> Vec<BatchLatency> {
     (1..=16)
@@ -48,20 +48,7 @@ fn replicas_rise_at_once_and_fall_after_thirty_seconds() {
 }
 
 fn stage(parent: Option<usize>, children: Vec<usize>, single: Nanos) -> Stage {
-    Stage {
-        name: "s".into(),
-        model: "m".into(),
-        version: 1,
-        parent,
-        children,
-        fan_out: FanOut::One,
-        emulated_fan_out: None,
-        inputs: vec![],
-        outputs: vec![],
-        row: None,
-        fanned: false,
-        single,
-    }
+    crate::pipeline::test_stage("s", parent, children, single)
 }
 
 fn pipeline() -> Pipeline {
