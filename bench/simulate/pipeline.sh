@@ -5,7 +5,8 @@
 # Capacity: the highest root rate, in steps of 50/s, at which clockwork answers at least
 # 99% of the roots within the objective in a 60 s run (found with CAPACITY_SWEEP=1).
 # reactive is left out: it never refuses, and at 1x its backlog grew until one 60 s run
-# had not finished after 6 minutes of CPU and 2 GB.
+# had not finished after 6 minutes of CPU and 2 GB; clockwork-nodrop too at 1.5x (see
+# pipeline_runs in common.sh).
 # Each policy runs in its own process (no longer needed: the fan-outs are drawn from each
 # root's number within its pipeline, the same in every runtime of one process).
 # Usage: bench/simulate/pipeline.sh [DURATION]
@@ -13,22 +14,4 @@ source "$(dirname "$0")/common.sh"
 DURATION="${1:-1m}"
 CAPACITY=1350
 FLAGS=(--pipeline traffic --fanout-mean 2 --fanout-var 3 --devices 8 --slo-ms 100 --seed 1)
-if [[ "${CAPACITY_SWEEP:-0}" == 1 ]]; then
-  runs=()
-  for rate in 1200 1250 1300 1350 1400 1450 1500; do
-    simulate "${FLAGS[@]}" --rate "$rate" --duration 60s --policy clockwork --out "$OUT/pipe-cap-$rate"
-    runs+=("$rate/s=$OUT/pipe-cap-$rate")
-  done
-  python3 "$ROOT/bench/simulate/summarize_pipeline.py" "${runs[@]}"
-  exit 0
-fi
-runs=()
-for factor in 0.5 1.0 1.5; do
-  rate=$(python3 -c "print(round($CAPACITY * $factor))")
-  for policy in clockwork clockwork-nodrop; do
-    dir="$OUT/pipe-$factor-$policy"
-    simulate "${FLAGS[@]}" --rate "$rate" --duration "$DURATION" --policy "$policy" --out "$dir"
-    runs+=("${factor}x ($rate/s)=$dir")
-  done
-done
-python3 "$ROOT/bench/simulate/summarize_pipeline.py" "${runs[@]}"
+pipeline_runs pipe 1200 1250 1300 1350 1400 1450 1500
