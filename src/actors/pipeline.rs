@@ -100,7 +100,7 @@ pub struct PipelineActor {
     taken: u64,
     /// Where the tuned plan's replica targets go (`SetReplicaFloor`).
     controller: Addr<Controller>,
-    /// The replica floor last asked for, per stage model (in the order of `floor_models`).
+    /// The plan's replica targets, per stage, last sent as floors.
     floors: Vec<u32>,
     /// Where the stages' queues are read for the earliest-stage drop; `None`: not judged.
     backlog: Option<Backlog>,
@@ -236,35 +236,25 @@ impl PipelineActor {
         self
     }
 
-    /// Tells the controller the tuned plan's replica targets that changed, summed per
+    /// Tells the controller the tuned plan's replica targets when they changed, summed per
     /// model (two stages may run the same model), so that placement loads them ahead of
     /// the stages' traffic.
     fn send_floors(&mut self) {
         let Some(tuning) = &self.tuning else {
             return;
         };
+        // Unchanged most of the time: the plan moves at most once a second.
         let targets = tuning.planner().targets();
-        let models = floor_models(&self.pipeline);
-        let wanted: Vec<u32> = models
-            .iter()
-            .map(|model| {
-                let stages = self.pipeline.stages.iter().zip(targets);
-                stages
-                    .filter(|(s, _)| &s.model == model)
-                    .map(|(_, &n)| n)
-                    .sum()
-            })
-            .collect();
-        if wanted == self.floors {
+        if targets == self.floors.as_slice() {
             return;
         }
-        for (i, (model, &replicas)) in models.iter().zip(&wanted).enumerate() {
-            if self.floors.get(i) != Some(&replicas) {
-                let model = model.clone();
-                self.controller.do_send(SetReplicaFloor { model, replicas });
-            }
+        for model in floor_models(&self.pipeline) {
+            let stages = self.pipeline.stages.iter().zip(targets);
+            let of_model = stages.filter(|(s, _)| s.model == model);
+            let replicas = of_model.map(|(_, &n)| n).sum();
+            self.controller.do_send(SetReplicaFloor { model, replicas });
         }
-        self.floors = wanted;
+        self.floors = targets.to_vec();
     }
 
     /// Carries out one step of root `id`'s run.
