@@ -20,6 +20,8 @@ const BACKLOG: usize = 65_536;
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
     RequestAnswered(RequestAnswered),
+    /// The controller sent an action to its executor: its window and planned duration.
+    ActionPlanned(ActionPlanned),
     ActionDone(ActionDone),
     /// A pipeline's root request got its one answer.
     PipelineAnswered(PipelineAnswered),
@@ -85,6 +87,24 @@ pub struct RequestAnswered {
     pub outcome: Outcome,
     /// Size of the batch it ran in, if it ran.
     pub batch: Option<u32>,
+}
+
+/// The controller sent an action to an executor (what the device will do, and when).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct ActionPlanned {
+    pub action: ActionId,
+    pub device: DeviceId,
+    pub model: ModelId,
+    /// Its kind, which also names its lane ([`ActionTag::is_load_lane`]).
+    pub kind: ActionTag,
+    /// Requests in the batch (0 for LOAD and UNLOAD).
+    pub batch: u32,
+    /// It may not start before this.
+    pub earliest: Nanos,
+    /// It is refused if it cannot start by this.
+    pub latest: Nanos,
+    /// The duration the controller planned with.
+    pub expected: Nanos,
 }
 
 /// An executor reported an action.

@@ -15,11 +15,13 @@
 //! | `repository.rs` | Triton's model repository extension |
 //! | `metrics/` | `/metrics`, fed by the runtime's events: per-model counters and latency histograms, the front end's, the devices', the pipelines' |
 //! | `openapi.rs` | `/v2/openapi.json`, collected from the routes |
+//! | `dashboard/` | `/dashboard`: the live timeline page and its event stream (not part of the API document) |
 //! | `error.rs` | the one error type, its kinds and status codes |
 
 mod binary;
 mod body;
 mod codec;
+pub mod dashboard;
 mod edge;
 mod error;
 mod health;
@@ -95,6 +97,8 @@ pub struct ApiState {
     pub pipelines: PipelineTable,
     /// What serving a pipeline loaded through the repository routes needs.
     pub pipeline_host: PipelineHost,
+    /// The live dashboard's snapshot and event source.
+    pub dashboard: dashboard::Dashboard,
     /// Repository models that could not be registered, with the reason.
     refused: Arc<Mutex<BTreeMap<String, String>>>,
     /// Held while a model is registered (one at a time).
@@ -113,6 +117,7 @@ impl ApiState {
         let series = Arc::clone(&metrics);
         runtime.table.watch(move |m| series.add_model(&m.spec));
         metrics::collect(Arc::clone(&metrics), runtime.events.subscribe());
+        let dashboard = dashboard::Dashboard::start(runtime, Arc::clone(&metrics));
         let openapi = openapi::document().to_json()?;
         Ok(Self {
             controller: runtime.controller.clone(),
@@ -129,6 +134,7 @@ impl ApiState {
             repository: runtime.repository.clone(),
             pipelines: runtime.pipelines.clone(),
             pipeline_host: runtime.pipeline_host.clone(),
+            dashboard,
             refused: Arc::new(Mutex::new(runtime.refused.iter().cloned().collect())),
             registering: Arc::default(),
             openapi: web::Bytes::from(openapi),
@@ -210,7 +216,8 @@ pub fn app(
         .app_data(web::Data::new(state))
         .configure(services)
         .split_for_parts();
-    app.default_service(web::to(not_found))
+    app.configure(dashboard::routes)
+        .default_service(web::to(not_found))
         .wrap_fn(move |request, service| edge::stamp(clock, request, service))
 }
 

@@ -239,6 +239,18 @@ impl Controller {
             .iter()
             .filter_map(|r| self.pending.get(r).map(|p| Arc::clone(&p.inputs)))
             .collect();
+        self.parts.events.publish(|| {
+            Event::ActionPlanned(events::ActionPlanned {
+                action: action.id,
+                device: action.device,
+                model: action.model,
+                kind: action.kind.tag(),
+                batch: requests.len() as u32,
+                earliest: action.earliest,
+                latest: action.latest,
+                expected: action.expected_duration,
+            })
+        });
         let executor = &self.parts.executors[action.device.0 as usize];
         executor.do_send(Execute {
             action: action.clone(),

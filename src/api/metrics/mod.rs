@@ -37,6 +37,7 @@ use super::ApiState;
 use crate::actors::messages::Inferred;
 use crate::events::{Event, RequestAnswered};
 use crate::model::{ModelId, ModelSpec};
+use crate::outcome::Outcome;
 use crate::time::Nanos;
 use devices::DeviceMetrics;
 use model::{ModelFamilies, PerModel};
@@ -136,6 +137,16 @@ impl Metrics {
         let series = Arc::new(self.families.resolve(&spec.name));
         let mut models = self.models.write().unwrap_or_else(|e| e.into_inner());
         models.push(series);
+    }
+
+    /// Every model's name and answers so far by outcome, by model id: the numbers of
+    /// `clockwork_requests`, for the dashboard.
+    pub fn answers(&self) -> Vec<(String, Vec<(Outcome, u64)>)> {
+        let models = self.models.read().unwrap_or_else(|e| e.into_inner());
+        models
+            .iter()
+            .map(|m| (m.name.clone(), m.counts().collect()))
+            .collect()
     }
 
     /// Adds `delta` to the requests of `model` waiting at the API.
@@ -249,6 +260,8 @@ impl Metrics {
             Event::PipelineAnswered(e) => self.pipelines.answered(e),
             Event::StageAnswered(e) => self.pipelines.stage(e),
             Event::FanOut(e) => self.pipelines.fan_out(e),
+            // Plans are not counts: only what ran is.
+            Event::ActionPlanned(_) => {}
         }
     }
 
