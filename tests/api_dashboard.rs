@@ -36,8 +36,10 @@ fn metric(text: &str, series: &str) -> Option<f64> {
 
 /// Reads server-sent events from the stream into frames, calling `f` on each until it
 /// returns true; fails after [`MAX_FRAMES`].
-async fn frames_until<S>(stream: &mut awc::ClientResponse<S>, mut f: impl FnMut(&Value, Instant) -> bool)
-where
+async fn frames_until<S>(
+    stream: &mut awc::ClientResponse<S>,
+    mut f: impl FnMut(&Value, Instant) -> bool,
+) where
     S: futures_util::Stream<Item = Result<actix_web::web::Bytes, awc::error::PayloadError>> + Unpin,
 {
     let mut text = String::new();
@@ -47,7 +49,9 @@ where
         text.push_str(std::str::from_utf8(&chunk).unwrap());
         while let Some(end) = text.find("\n\n") {
             let event: String = text.drain(..end + 2).collect();
-            let json = event.strip_prefix("data: ").expect("one data line per event");
+            let json = event
+                .strip_prefix("data: ")
+                .expect("one data line per event");
             let frame: Value = serde_json::from_str(json.trim_end()).unwrap();
             seen += 1;
             if f(&frame, Instant::now()) {
@@ -134,4 +138,35 @@ async fn a_client_that_never_reads_does_not_slow_serving() {
     }
     assert!(started.elapsed() < Duration::from_secs(5));
     drop(idle);
+}
+
+#[actix_web::test]
+async fn streams_end_when_the_server_drains() {
+    let server = start_default().await;
+    let mut stream = server
+        .client
+        .get(server.url("/dashboard/events"))
+        .send()
+        .await
+        .unwrap();
+    let first = stream.next().await;
+    assert!(
+        matches!(first, Some(Ok(_))),
+        "the first frame, with the snapshot"
+    );
+    server
+        .runtime
+        .controller
+        .send(clockwork::actors::messages::Drain)
+        .await
+        .unwrap();
+    // The snapshot task sees the drain within a second and ends every stream, so an open
+    // dashboard does not hold the graceful stop back.
+    let ended = actix_web::rt::time::timeout(Duration::from_secs(5), async {
+        while let Some(chunk) = stream.next().await {
+            chunk.unwrap();
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream is still open after the drain");
 }

@@ -55,8 +55,11 @@ fn planned_bars_queue_behind_their_lane_and_lanes_are_apart() {
     c.push(&planned(3, 0, ActionTag::Load, 11 * MS, 8 * MS));
     c.push(&planned(4, 1, ActionTag::Infer, 11 * MS, 2 * MS));
     let frame = c.take(20 * MS).unwrap();
-    let spans: Vec<(Lane, Nanos, Nanos)> =
-        frame.bars.iter().map(|b| (b.lane, b.begin, b.end)).collect();
+    let spans: Vec<(Lane, Nanos, Nanos)> = frame
+        .bars
+        .iter()
+        .map(|b| (b.lane, b.begin, b.end))
+        .collect();
     assert_eq!(
         spans,
         [

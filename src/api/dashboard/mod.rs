@@ -30,12 +30,12 @@ use std::time::Duration;
 use actix::Addr;
 use actix_web::body::{BodySize, MessageBody};
 use actix_web::http::header;
-use tokio::time::{interval, MissedTickBehavior};
 use actix_web::web::{self, Bytes};
 use actix_web::{get, HttpResponse};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, watch};
+use tokio::time::{interval, MissedTickBehavior};
 
 use super::{ApiState, Metrics};
 use crate::actors::admission::AdmissionTable;
@@ -85,7 +85,7 @@ impl Dashboard {
     }
 
     /// Starts a client's task: events in, at most one frame waiting in `frames`. It ends
-    /// when the client goes away (its receiver is dropped) or the runtime stops.
+    /// when the client goes away (its receiver is dropped) or the server drains.
     fn follow(&self, frames: mpsc::Sender<Bytes>) {
         let mut events = self.events.subscribe();
         let mut snapshots = self.snapshots.clone();
@@ -102,10 +102,13 @@ impl Dashboard {
                         Err(RecvError::Lagged(lost)) => coalescer.lost(lost),
                         Err(RecvError::Closed) => break,
                     },
+                    changed = snapshots.changed() => match changed {
+                        Ok(()) => coalescer.snapshot(Arc::clone(&snapshots.borrow_and_update())),
+                        // The server is draining: end the stream, so that its connection
+                        // does not hold the graceful stop back.
+                        Err(_) => break,
+                    },
                     _ = tick.tick() => {
-                        if snapshots.has_changed().unwrap_or(false) {
-                            coalescer.snapshot(Arc::clone(&snapshots.borrow_and_update()));
-                        }
                         match frames.try_reserve() {
                             Ok(permit) => {
                                 if let Some(frame) = coalescer.take(clock.now()) {
@@ -123,7 +126,7 @@ impl Dashboard {
     }
 }
 
-/// Rebuilds the snapshot every [`REFRESH`] until the controller stops.
+/// Rebuilds the snapshot every [`REFRESH`] until the controller drains or stops.
 async fn refresh(
     controller: Addr<Controller>,
     admission: Arc<AdmissionTable>,
@@ -138,6 +141,10 @@ async fn refresh(
         let Ok(state) = controller.send(SnapshotController).await else {
             break;
         };
+        if state.draining {
+            // Dropping the sender ends every client's stream.
+            break;
+        }
         let counts = metrics.answers();
         let views = (0..counts.len())
             .map(|i| admission.get(ModelId(i as u32)))

@@ -16,6 +16,7 @@ const state = {
   devices: new Set(),     // device ids seen
   serverNow: 0,           // the controller's clock at the last frame (ns)
   localAt: 0,             // performance.now() when it came (ms)
+  measured: {},           // device id -> measured bars folded in so far
   frames: 0,
   dropped: 0,
   lost: 0,
@@ -35,6 +36,7 @@ function fold(frame) {
     const old = state.bars.get(bar.action);
     // A failure reported after its plan left keeps the planned span.
     if (old && !bar.measured && bar.error) { bar.begin = old.begin; bar.end = old.end; }
+    if (bar.measured && !old?.measured) state.measured[bar.device] = (state.measured[bar.device] || 0) + 1;
     state.bars.set(bar.action, bar);
     state.devices.add(bar.device);
   }

@@ -72,7 +72,10 @@ impl PerModel {
 
     /// Its answers so far by outcome, as `clockwork_requests` exposes them.
     pub fn counts(&self) -> impl Iterator<Item = (Outcome, u64)> + '_ {
-        Outcome::ALL.iter().zip(&self.outcomes).map(|(&o, c)| (o, c.get()))
+        Outcome::ALL
+            .iter()
+            .zip(&self.outcomes)
+            .map(|(&o, c)| (o, c.get()))
     }
 
     /// Where a success's time went: waiting from its arrival to its batch's start, and the
