@@ -92,8 +92,11 @@ pub struct RequestAnswered {
 /// The controller sent an action to an executor (what the device will do, and when).
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct ActionPlanned {
+    /// Its report (`ActionDone`) carries the same id.
     pub action: ActionId,
+    /// The device whose lane it was put on.
     pub device: DeviceId,
+    /// The model it loads, unloads or runs.
     pub model: ModelId,
     /// Its kind, which also names its lane ([`ActionTag::is_load_lane`]).
     pub kind: ActionTag,

@@ -58,8 +58,10 @@ impl Answers {
 /// One model's row of the table beside the timeline.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ModelRow {
+    /// The page names bars and marks by it (events carry ids).
     pub id: ModelId,
     pub name: String,
+    /// So far, the numbers of `clockwork_requests`.
     pub answers: Answers,
     /// Answers within the objective per second, over the last minute (or since the
     /// dashboard started, if that is shorter).

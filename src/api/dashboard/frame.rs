@@ -45,7 +45,9 @@ impl Default for Limits {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Lane {
+    /// INFER.
     Exec,
+    /// LOAD and UNLOAD.
     Load,
 }
 
@@ -62,10 +64,15 @@ impl Lane {
 /// One action drawn from `begin` to `end` on its device's lane.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Bar {
+    /// The page keys bars by it: a later bar of the same action replaces the earlier.
     pub action: ActionId,
+    /// The row it is drawn in.
     pub device: DeviceId,
+    /// The lane of that row.
     pub lane: Lane,
+    /// LOAD, UNLOAD or INFER, for its colour and label.
     pub kind: ActionTag,
+    /// Whose work it is, for its label.
     pub model: ModelId,
     /// Requests in the batch (0 for LOAD and UNLOAD), shown in the bar's label.
     pub batch: u32,
@@ -80,6 +87,7 @@ pub struct Bar {
 /// An answer worth a mark: late, refused or failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Mark {
+    /// Whose request it was, for the mark's label.
     pub model: ModelId,
     /// When it was answered (the mark's place on the time axis).
     pub at: Nanos,

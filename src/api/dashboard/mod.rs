@@ -11,7 +11,7 @@
 //! at most ten times a second the coalescer hands over one bounded frame, and only when
 //! the client's connection has taken the previous one (a queue of one frame): a slow
 //! browser gets fewer, fuller frames and never holds anything but its own task. The
-//! snapshot beside the timeline ([`board`]) is built once a second by one shared task,
+//! snapshot beside the timeline (`board.rs`) is built once a second by one shared task,
 //! from the metrics' counts (the numbers `/metrics` shows), the policy's views and the
 //! controller's mirror of the devices.
 //!
