@@ -83,8 +83,10 @@ pub struct RequestAnswered {
     /// How it was answered: only outcomes decided after admission
     /// ([`Outcome::after_admission`]) are published.
     pub outcome: Outcome,
-    /// Size of the batch it ran in, if it ran.
+    /// Size of the batch it ran in (items), if it ran.
     pub batch: Option<u32>,
+    /// Items the request carried: Triton's `nv_inference_count` counts these.
+    pub items: u32,
 }
 
 /// An executor reported an action.
@@ -94,7 +96,7 @@ pub struct ActionDone {
     pub device: DeviceId,
     pub model: ModelId,
     pub kind: ActionTag,
-    /// Requests in the batch (0 for LOAD and UNLOAD).
+    /// Items in the batch, of all its requests (0 for LOAD and UNLOAD).
     pub batch: u32,
     /// Duration the controller planned with.
     pub expected: Nanos,

@@ -341,6 +341,7 @@ impl Controller {
         // The caller may have gone away; the request is answered all the same.
         let _ = pending.reply.send(result);
         self.answered += 1;
+        let items = pending.inputs.len() as u32;
         self.parts.events.publish(|| {
             Event::RequestAnswered(events::RequestAnswered {
                 request,
@@ -350,6 +351,7 @@ impl Controller {
                 slo: pending.slo,
                 outcome,
                 batch,
+                items,
             })
         });
     }

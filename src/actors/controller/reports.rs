@@ -101,7 +101,7 @@ impl Controller {
                 device: report.device,
                 model: sent.action.model,
                 kind: sent.action.kind.tag(),
-                batch: sent.requests.len() as u32,
+                batch: sent.items.iter().sum(),
                 expected: sent.action.expected_duration,
                 measured: report.result.as_ref().ok().copied(),
                 error: report.result.as_ref().err().cloned(),
