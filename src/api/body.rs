@@ -105,22 +105,8 @@ fn decode_inputs(
         let (shape, batch) =
             codec::item_shape(declared, &input.shape).map_err(ApiError::bad_input)?;
         let items = batch.unwrap_or(1);
-        match first {
-            Some((other, n)) if n != items => {
-                return Err(ApiError::bad_input(format!(
-                    "input '{name}' carries {items} items and input '{other}' {n}; every \
-                     input must carry the same number of items"
-                )))
-            }
-            _ => first = Some((name, items)),
-        }
-        if items > 1 && !spec.batched {
-            return Err(ApiError::bad_input(format!(
-                "input '{name}' carries a batch of {items} items; model '{}' has no batch \
-                 dimension and takes one item per request",
-                spec.name
-            )));
-        }
+        check_items(spec, name, items, first)?;
+        first = Some((name, items));
         batched.sent |= batch.is_some();
         batched.items = u32::try_from(items).map_err(|_| {
             ApiError::bad_input(format!("input '{name}' carries too many items: {items}"))
@@ -158,6 +144,30 @@ fn decode_inputs(
     }
     sections.finish()?;
     Ok((tensors, batched))
+}
+
+/// Checks that input `name`'s `items` agree with the `first` input that named its items,
+/// and that a model without a batch dimension gets one item.
+fn check_items(
+    spec: &ModelSpec,
+    name: &str,
+    items: usize,
+    first: Option<(&str, usize)>,
+) -> Result<(), ApiError> {
+    if let Some((other, n)) = first.filter(|&(_, n)| n != items) {
+        return Err(ApiError::bad_input(format!(
+            "input '{name}' carries {items} items and input '{other}' {n}; every input must \
+             carry the same number of items"
+        )));
+    }
+    if items > 1 && !spec.batched {
+        return Err(ApiError::bad_input(format!(
+            "input '{name}' carries a batch of {items} items; model '{}' has no batch \
+             dimension and takes one item per request",
+            spec.name
+        )));
+    }
+    Ok(())
 }
 
 /// An output to answer, and whether as binary data.
