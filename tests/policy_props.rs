@@ -247,6 +247,19 @@ proptest! {
         prop_assert!(report.batched_items >= report.batched_requests);
     }
 
+    /// Requests of several items on devices slower than profiled: still one answer
+    /// each, no batch over an allowed size, none split, no livelock.
+    #[test]
+    fn multi_item_requests_with_wrong_estimates_are_answered_once(
+        scenario in scenario_of(1..=12),
+        factor in 1.0f64..3.0,
+    ) {
+        let report = run(&scenario, factor);
+        memory_mirrored(&report)?;
+        prop_assert!(report.violations.is_empty(), "{:?}", report.violations);
+        prop_assert_eq!(answered(&report), scenario.requests.len());
+    }
+
     /// The baselines batch whole multi-item requests too, within the allowed sizes.
     #[test]
     fn baselines_batch_multi_item_requests(scenario in scenario_of(1..=12), factor in 1.0f64..2.0) {
