@@ -193,6 +193,7 @@ fn served_run(root: &std::path::Path, rate: f64, seconds: u64) -> anyhow::Result
             runtime.controller.do_send(Submit {
                 model: names[model].clone(),
                 inputs: std::sync::Arc::clone(&inputs[model]),
+                items: 1,
                 slo: None,
                 edge: None,
                 root: None,

@@ -108,6 +108,7 @@ async fn direct(
             let infer = Infer {
                 model: "zero".into(),
                 inputs,
+                items: 1,
                 slo: None,
                 edge: None,
                 root: None,

@@ -76,6 +76,7 @@ fn main() {
             arrival,
             slo: 100 * MS,
             latest_finish: None,
+            items: 1,
         });
     }
 

@@ -117,6 +117,7 @@ fn main() -> anyhow::Result<()> {
             let infer = Infer {
                 model: model.into(),
                 inputs: vec![x],
+                items: 1,
                 slo: None,
                 edge: None,
                 root: None,

@@ -85,8 +85,10 @@ pub struct RequestAnswered {
     /// How it was answered: only outcomes decided after admission
     /// ([`Outcome::after_admission`]) are published.
     pub outcome: Outcome,
-    /// Size of the batch it ran in, if it ran.
+    /// Size of the batch it ran in (items), if it ran.
     pub batch: Option<u32>,
+    /// Items the request carried: Triton's `nv_inference_count` counts these.
+    pub items: u32,
 }
 
 /// The controller sent an action to an executor (what the device will do, and when).
@@ -117,7 +119,7 @@ pub struct ActionDone {
     pub device: DeviceId,
     pub model: ModelId,
     pub kind: ActionTag,
-    /// Requests in the batch (0 for LOAD and UNLOAD).
+    /// Items in the batch, of all its requests (0 for LOAD and UNLOAD).
     pub batch: u32,
     /// Duration the controller planned with.
     pub expected: Nanos,

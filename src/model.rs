@@ -109,6 +109,13 @@ impl ModelProfile {
             .map(|b| b.latency)
     }
 
+    /// The smallest allowed batch size that holds `items` items: what a batch of that
+    /// many runs as (padded), as the cpu backend does.
+    pub fn fitting_batch(&self, items: u32) -> Option<u32> {
+        let sizes = self.batches.iter().map(|b| b.batch);
+        sizes.filter(|&b| b >= items).min()
+    }
+
     /// Largest allowed batch size.
     pub fn max_batch(&self) -> u32 {
         self.batches.iter().map(|b| b.batch).max().unwrap_or(1)

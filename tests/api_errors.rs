@@ -54,9 +54,9 @@ async fn malformed_requests_are_named_4xx() {
             "negative",
         ),
         (
-            input("FP32", json!([3, 64]), json!(vec![1; 192])),
+            input("FP32", json!([40, 64]), json!(vec![1; 40 * 64])),
             "bad_input",
-            "batch of 3",
+            "carries 40 items",
         ),
         (json!({"inputs": []}), "bad_input", "missing input 'input'"),
         (

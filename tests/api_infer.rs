@@ -41,7 +41,8 @@ async fn model_metadata_readiness_and_config() {
     let (status, config) = server.get_json("/v2/models/resnet/config").await;
     assert_eq!(status, 200);
     assert_eq!(config["name"], "resnet");
-    assert_eq!(config["max_batch_size"], 1);
+    // resnet50's largest profiled batch: the most items one request may carry.
+    assert_eq!(config["max_batch_size"], 16);
     assert_eq!(
         config["input"],
         json!([{"name": "data", "data_type": "TYPE_FP32", "dims": [3, 224, 224]}])

@@ -70,6 +70,7 @@ fn every_request_answered_and_none_late_at_moderate_load() {
                 let infer = Infer {
                     model,
                     inputs: vec![image],
+                    items: 1,
                     slo,
                     edge: None,
                     root: None,

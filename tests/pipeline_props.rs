@@ -187,6 +187,7 @@ impl Harness {
                 arrival: now,
                 slo: sub.deadline.saturating_sub(now),
                 latest_finish: Some(self.runs[&root].deadline().saturating_sub(sub.downstream)),
+                items: 1,
             });
         }
         for sub in step.withdraw {

@@ -37,18 +37,23 @@ fn profile() -> impl Strategy<Value = (u32, ModelProfile)> {
 }
 
 fn scenario() -> impl Strategy<Value = Scenario> {
+    scenario_of(1..=1)
+}
+
+/// Random scenarios whose requests carry `items` items each (a client's batch).
+fn scenario_of(items: std::ops::RangeInclusive<u32>) -> impl Strategy<Value = Scenario> {
     let devices = prop::collection::vec(6u32..30, 1..4);
     let models = prop::collection::vec(profile(), 1..24);
-    (devices, models).prop_flat_map(|(devices, models)| {
+    (devices, models).prop_flat_map(move |(devices, models)| {
         let n = models.len();
-        // (gap to previous arrival, model, slo)
-        let request = (0u64..2_000, 0..n, 1u64..300);
+        // (gap to previous arrival, model, slo, items)
+        let request = (0u64..2_000, 0..n, 1u64..300, items.clone());
         prop::collection::vec(request, 1..400).prop_map(move |raw| {
             let mut arrival: Nanos = 0;
             let requests = raw
                 .into_iter()
                 .enumerate()
-                .map(|(i, (gap_us, model, slo_ms))| {
+                .map(|(i, (gap_us, model, slo_ms, items))| {
                     arrival += gap_us * US;
                     Request {
                         id: RequestId(i as u64),
@@ -56,6 +61,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                         arrival,
                         slo: slo_ms * MS,
                         latest_finish: None,
+                        items,
                     }
                 })
                 .collect();
@@ -121,6 +127,26 @@ fn memory_mirrored(report: &Report) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// Requests that carry more items than their model's largest batch: none can ever run.
+fn too_large(scenario: &Scenario) -> usize {
+    let max = |r: &Request| scenario.models[r.model.0 as usize].1.max_batch();
+    scenario
+        .requests
+        .iter()
+        .filter(|r| r.items > max(r))
+        .count()
+}
+
+/// The scenario with every request cut to its model's largest batch.
+fn within_limits(mut scenario: Scenario) -> Scenario {
+    for r in &mut scenario.requests {
+        r.items = r
+            .items
+            .min(scenario.models[r.model.0 as usize].1.max_batch());
+    }
+    scenario
+}
+
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
@@ -167,7 +193,7 @@ proptest! {
             .enumerate()
             .map(|(i, gap)| {
                 arrival += gap * US;
-                Request { id: RequestId(i as u64), model: ModelId(0), arrival, slo: slo_ms * MS, latest_finish: None }
+                Request { id: RequestId(i as u64), model: ModelId(0), arrival, slo: slo_ms * MS, latest_finish: None, items: 1 }
             })
             .collect();
         let scenario = Scenario { devices: vec![8], models: vec![(1, profile)], requests };
@@ -198,6 +224,51 @@ proptest! {
             run_policy(ClockworkPolicy::new(&config).without_early_drop(), &scenario, factor),
         ] {
             memory_mirrored(&report)?;
+            prop_assert!(report.violations.is_empty(), "{:?}", report.violations);
+            prop_assert_eq!(answered(&report), scenario.requests.len());
+            prop_assert!(report.refused.is_empty(), "no early refusal: {:?}", report.refused);
+        }
+    }
+
+    /// Requests of several items, exact estimates: every request one answer, no batch
+    /// over an allowed size, no request's items split over two batches (the testbed
+    /// checks both), nothing late, and those larger than their model's largest batch
+    /// refused.
+    #[test]
+    fn multi_item_requests_keep_every_promise(scenario in scenario_of(1..=12)) {
+        let report = run(&scenario, 1.0);
+        memory_mirrored(&report)?;
+        prop_assert!(report.violations.is_empty(), "{:?}", report.violations);
+        prop_assert_eq!(report.late, 0, "{:?}", report);
+        prop_assert_eq!(answered(&report), scenario.requests.len());
+        prop_assert_eq!(report.failed, 0);
+        let refused: usize = report.refused.values().sum();
+        prop_assert!(refused >= too_large(&scenario), "{:?}", report);
+        prop_assert!(report.batched_items >= report.batched_requests);
+    }
+
+    /// Requests of several items on devices slower than profiled: still one answer
+    /// each, no batch over an allowed size, none split, no livelock.
+    #[test]
+    fn multi_item_requests_with_wrong_estimates_are_answered_once(
+        scenario in scenario_of(1..=12),
+        factor in 1.0f64..3.0,
+    ) {
+        let report = run(&scenario, factor);
+        memory_mirrored(&report)?;
+        prop_assert!(report.violations.is_empty(), "{:?}", report.violations);
+        prop_assert_eq!(answered(&report), scenario.requests.len());
+    }
+
+    /// The baselines batch whole multi-item requests too, within the allowed sizes.
+    #[test]
+    fn baselines_batch_multi_item_requests(scenario in scenario_of(1..=12), factor in 1.0f64..2.0) {
+        let scenario = within_limits(scenario);
+        let config = PolicyConfig::default();
+        for report in [
+            run_policy(ReactivePolicy::new(&config), &scenario, factor),
+            run_policy(ClockworkPolicy::new(&config).without_early_drop(), &scenario, factor),
+        ] {
             prop_assert!(report.violations.is_empty(), "{:?}", report.violations);
             prop_assert_eq!(answered(&report), scenario.requests.len());
             prop_assert!(report.refused.is_empty(), "no early refusal: {:?}", report.refused);

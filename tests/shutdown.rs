@@ -40,6 +40,7 @@ fn draining_answers_what_is_in_flight_and_refuses_the_rest() {
         let infer = || Infer {
             model: "mlp".into(),
             inputs: vec![Tensor::from_f32("input", vec![64], &[1.0; 64])],
+            items: 1,
             slo: None,
             edge: None,
             root: None,
@@ -79,6 +80,7 @@ fn an_unknown_model_is_refused_by_the_controller_before_admission() {
         let infer = |model: &str| Infer {
             model: model.into(),
             inputs: vec![Tensor::from_f32("input", vec![64], &[1.0; 64])],
+            items: 1,
             slo: None,
             edge: None,
             root: None,

@@ -128,6 +128,7 @@ fn a_hung_device_is_given_up_on_and_serves_again_when_it_reports() {
                 let infer = Infer {
                     model: "resnet".into(),
                     inputs: vec![image],
+                    items: 1,
                     slo: None,
                     edge: None,
                     root: None,
@@ -206,6 +207,7 @@ fn a_drain_ends_at_its_deadline_even_if_a_device_hangs() {
         let infer = || Infer {
             model: "resnet".into(),
             inputs: vec![image()],
+            items: 1,
             slo: None,
             edge: None,
             root: None,

@@ -20,13 +20,18 @@ use crate::scheduler::{ActionError, Measured, PolicySnapshot, Refusal};
 use crate::tensor::Tensor;
 use crate::time::Nanos;
 
-/// One inference request: one item of the model's inputs.
+/// One inference request: one item of the model's inputs, or several (a client's batch).
 #[derive(Debug, Message)]
 #[rtype(result = "InferResult")]
 pub struct Infer {
     /// Name of the model.
     pub model: String,
+    /// Each input holds `items` items of its shape back to back.
     pub inputs: Vec<Tensor>,
+    /// Items the request carries (0 is taken as 1): scheduled, run in one device batch
+    /// and answered together (each output of the answer holds as many), refused together;
+    /// more than the model's largest batch is refused before admission.
+    pub items: u32,
     /// Latency objective; the model's own if `None`.
     pub slo: Option<Nanos>,
     /// Where its time started; `None`: when the controller admits it.
@@ -94,6 +99,8 @@ pub struct Edge {
 pub struct Submit {
     pub model: String,
     pub inputs: Arc<Vec<Tensor>>,
+    /// Items the request carries, as [`Infer::items`].
+    pub items: u32,
     pub slo: Option<Nanos>,
     /// Where its time started; `None`: when the controller admits it.
     pub edge: Option<Edge>,
@@ -111,6 +118,7 @@ pub type InferResult = Result<Inferred, InferError>;
 pub struct Inferred {
     pub request: RequestId,
     pub model: ModelId,
+    /// Each output holds the request's items back to back, in its inputs' order.
     pub outputs: Vec<Tensor>,
     /// The device only emulated the model: the outputs are not a real inference.
     pub emulated: bool,

@@ -86,6 +86,7 @@ impl Handler<StageWork> for StageActor {
         p.controller.do_send(Submit {
             model: p.model.clone(),
             inputs: Arc::new(work.inputs),
+            items: 1,
             // Already past its stage deadline: a zero objective is refused at once.
             slo: Some(work.deadline.saturating_sub(now)),
             edge: None,

@@ -1,5 +1,7 @@
 //! The body of an infer request and its response, for models and pipelines alike: JSON
-//! or Triton's binary tensors in, per-item `Tensor`s out; outputs back as JSON or binary.
+//! or Triton's binary tensors in, `Tensor`s out (each holding the request's items back to
+//! back: a client may send a batch of `n` items as a leading dimension `n`, the same on
+//! every input); outputs back as JSON or binary, with that leading dimension again.
 
 use actix_web::{web, HttpResponse};
 
@@ -18,8 +20,25 @@ pub(super) struct Decoded {
     pub(super) request: InferRequest,
     pub(super) slo: Option<Nanos>,
     pub(super) inputs: Vec<Tensor>,
-    pub(super) batched: bool,
+    pub(super) batched: Batch,
     pub(super) outputs: Vec<Wanted>,
+}
+
+/// How the client laid out its items.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Batch {
+    /// Its tensors had a leading batch dimension: the outputs get one too.
+    pub(super) sent: bool,
+    /// Items in the request (the batch dimension; 1 without one).
+    pub(super) items: u32,
+}
+
+impl Batch {
+    /// One item, without a batch dimension (pipelines' sub-answers, and such clients).
+    pub(super) const ONE: Batch = Batch {
+        sent: false,
+        items: 1,
+    };
 }
 
 /// Splits, parses and checks a body: the work the decode pool does.
@@ -56,16 +75,18 @@ pub(super) fn slo(parameters: &Parameters) -> Result<Option<Nanos>, ApiError> {
     }
 }
 
-/// The request's tensors as the runtime takes them, and whether the client sent a batch
-/// dimension (then outputs get one too).
+/// The request's tensors as the runtime takes them, and how the client laid out its
+/// items (a batch dimension: then outputs get one too).
 fn decode_inputs(
     spec: &ModelSpec,
     request: &InferRequest,
     binary: web::Bytes,
-) -> Result<(Vec<Tensor>, bool), ApiError> {
+) -> Result<(Vec<Tensor>, Batch), ApiError> {
     let mut sections = Sections::new(binary);
     let mut tensors = Vec::with_capacity(request.inputs.len());
-    let mut batched = false;
+    let mut batched = Batch::ONE;
+    // The first input that named its items, which every other must agree with.
+    let mut first: Option<(&str, usize)> = None;
     for input in &request.inputs {
         let name = &input.name;
         let datatype = v2::parse_datatype(&input.datatype).ok_or_else(|| {
@@ -81,10 +102,21 @@ fn decode_inputs(
                 spec.inputs.iter().map(|d| &d.name).collect::<Vec<_>>()
             )));
         };
-        let (shape, with_batch) =
+        let (shape, batch) =
             codec::item_shape(declared, &input.shape).map_err(ApiError::bad_input)?;
-        batched |= with_batch;
-        let count = codec::elements(name, &shape).map_err(ApiError::bad_input)?;
+        let items = batch.unwrap_or(1);
+        check_items(spec, name, items, first)?;
+        first = Some((name, items));
+        batched.sent |= batch.is_some();
+        batched.items = u32::try_from(items).map_err(|_| {
+            ApiError::bad_input(format!("input '{name}' carries too many items: {items}"))
+        })?;
+        let count = codec::elements(name, &shape)
+            .and_then(|one| {
+                one.checked_mul(items)
+                    .ok_or_else(|| format!("input '{name}' has too many elements"))
+            })
+            .map_err(ApiError::bad_input)?;
         let binary_size =
             v2::size(&input.parameters, "binary_data_size").map_err(ApiError::bad_input)?;
         let data: Vec<u8> = match (binary_size, &input.data) {
@@ -112,6 +144,30 @@ fn decode_inputs(
     }
     sections.finish()?;
     Ok((tensors, batched))
+}
+
+/// Checks that input `name`'s `items` agree with the `first` input that named its items,
+/// and that a model without a batch dimension gets one item.
+fn check_items(
+    spec: &ModelSpec,
+    name: &str,
+    items: usize,
+    first: Option<(&str, usize)>,
+) -> Result<(), ApiError> {
+    if let Some((other, n)) = first.filter(|&(_, n)| n != items) {
+        return Err(ApiError::bad_input(format!(
+            "input '{name}' carries {items} items and input '{other}' {n}; every input must \
+             carry the same number of items"
+        )));
+    }
+    if items > 1 && !spec.batched {
+        return Err(ApiError::bad_input(format!(
+            "input '{name}' carries a batch of {items} items; model '{}' has no batch \
+             dimension and takes one item per request",
+            spec.name
+        )));
+    }
+    Ok(())
 }
 
 /// An output to answer, and whether as binary data.
@@ -160,7 +216,7 @@ pub(super) fn respond(
     id: Option<String>,
     tensors: &[Tensor],
     wanted: &[Wanted],
-    batched: bool,
+    batched: Batch,
     parameters: Parameters,
 ) -> HttpResponse {
     let mut outputs = Vec::with_capacity(wanted.len());
@@ -173,8 +229,8 @@ pub(super) fn respond(
             continue;
         };
         let mut shape = tensor.shape.clone();
-        if batched {
-            shape.insert(0, 1);
+        if batched.sent {
+            shape.insert(0, batched.items as usize);
         }
         let mut parameters = Parameters::new();
         let data = if want.binary {

@@ -10,12 +10,15 @@ use serde_json::Value;
 use super::v2::{datatype_name, Elements};
 use crate::model::{DataType, TensorSpec};
 
-/// The shape of one item from the shape a client sent, and whether the client added a
-/// batch dimension (V2 clients of batching models send `[1, ...]`).
+/// The shape of one item from the shape a client sent, and the leading batch dimension
+/// the client added, if any (V2 clients of batching models send `[n, ...]`, `n` items).
 ///
-/// A shape that fits the declared one as it is wins over stripping a leading 1, so a
-/// model whose own first dimension is 1 is not misread.
-pub fn item_shape(declared: &TensorSpec, sent: &[i64]) -> Result<(Vec<usize>, bool), String> {
+/// A shape that fits the declared one as it is wins over stripping a leading dimension,
+/// so a model whose own first dimension is 1 is not misread.
+pub fn item_shape(
+    declared: &TensorSpec,
+    sent: &[i64],
+) -> Result<(Vec<usize>, Option<usize>), String> {
     let name = &declared.name;
     let dims: Vec<usize> = sent
         .iter()
@@ -30,17 +33,13 @@ pub fn item_shape(declared: &TensorSpec, sent: &[i64]) -> Result<(Vec<usize>, bo
                 .all(|(&got, &want)| want < 0 || got as i64 == want)
     };
     if fits(&dims) {
-        return Ok((dims, false));
+        return Ok((dims, None));
     }
     match dims.split_first() {
-        Some((&1, rest)) if fits(rest) => Ok((rest.to_vec(), true)),
-        Some((&batch, rest)) if batch > 1 && fits(rest) => Err(format!(
-            "input '{name}' carries a batch of {batch} items; send one item per request \
-             (shape [1, ...] or the item's shape), the server batches requests itself"
-        )),
+        Some((&batch, rest)) if batch >= 1 && fits(rest) => Ok((rest.to_vec(), Some(batch))),
         _ => Err(format!(
             "input '{name}' has shape {sent:?}, the model takes {:?} (optionally preceded by \
-             a batch dimension of 1)",
+             a batch dimension)",
             declared.shape
         )),
     }
@@ -227,14 +226,15 @@ mod tests {
     }
 
     #[test]
-    fn a_leading_batch_of_one_is_stripped_and_larger_batches_refused() {
-        assert_eq!(item_shape(&spec(&[4]), &[4]), Ok((vec![4], false)));
-        assert_eq!(item_shape(&spec(&[4]), &[1, 4]), Ok((vec![4], true)));
-        assert_eq!(item_shape(&spec(&[1, 4]), &[1, 4]), Ok((vec![1, 4], false)));
-        assert_eq!(item_shape(&spec(&[-1]), &[7]), Ok((vec![7], false)));
-        assert!(item_shape(&spec(&[4]), &[2, 4])
+    fn a_leading_batch_dimension_is_stripped() {
+        assert_eq!(item_shape(&spec(&[4]), &[4]), Ok((vec![4], None)));
+        assert_eq!(item_shape(&spec(&[4]), &[1, 4]), Ok((vec![4], Some(1))));
+        assert_eq!(item_shape(&spec(&[4]), &[3, 4]), Ok((vec![4], Some(3))));
+        assert_eq!(item_shape(&spec(&[1, 4]), &[1, 4]), Ok((vec![1, 4], None)));
+        assert_eq!(item_shape(&spec(&[-1]), &[7]), Ok((vec![7], None)));
+        assert!(item_shape(&spec(&[4]), &[0, 4])
             .unwrap_err()
-            .contains("batch of 2"));
+            .contains("shape"));
         assert!(item_shape(&spec(&[4]), &[5]).unwrap_err().contains("shape"));
         assert!(item_shape(&spec(&[4]), &[-4])
             .unwrap_err()

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use actix_web::http::header::{HeaderName, HeaderValue};
 
-use super::body::{decode_body, respond, Called, Decoded, Wanted};
+use super::body::{decode_body, respond, Batch, Called, Decoded, Wanted};
 use super::edge::{self, Expected, FrontKey, Phase, PoolError, Stage};
 use super::error::{ApiError, ErrorBody};
 use super::metrics::Metrics;
@@ -197,6 +197,7 @@ async fn call(
     let message = Infer {
         model: entry.spec.name.clone(),
         inputs: decoded.inputs,
+        items: decoded.batched.items,
         slo: decoded.slo,
         edge: Some(edge),
         root: None,
@@ -386,7 +387,7 @@ fn encode(
     id: Option<String>,
     inferred: &Inferred,
     wanted: &[Wanted],
-    batched: bool,
+    batched: Batch,
     slo: Option<Nanos>,
 ) -> HttpResponse {
     let slo_ms = slo.unwrap_or(entry.spec.slo) as f64 / 1e6;

@@ -179,9 +179,10 @@ pub struct ModelConfig {
     pub name: String,
     pub platform: String,
     pub backend: String,
-    /// 1: an HTTP request carries one item (its tensors may have a leading dimension of
-    /// 1); the server forms batches from many requests. 0: the model has no batch
-    /// dimension (Triton's convention), every request is one whole input.
+    /// The most items one request may carry (its tensors' leading dimension): the
+    /// model's largest batch; the server also forms batches from many requests. 0: the
+    /// model has no batch dimension (Triton's convention), every request is one whole
+    /// input.
     pub max_batch_size: u32,
     pub input: Vec<ConfigTensor>,
     pub output: Vec<ConfigTensor>,
@@ -242,7 +243,11 @@ fn config_of(spec: &ModelSpec) -> ModelConfig {
         name: spec.name.clone(),
         platform: PLATFORM.to_owned(),
         backend: PLATFORM.to_owned(),
-        max_batch_size: u32::from(spec.batched),
+        max_batch_size: if spec.batched {
+            spec.profile.max_batch()
+        } else {
+            0
+        },
         input: spec.inputs.iter().map(config_tensor).collect(),
         output: spec.outputs.iter().map(config_tensor).collect(),
         dynamic_batching: DynamicBatching {

@@ -72,6 +72,13 @@ pub(super) async fn call(
     decoded: Decoded,
     edge: Edge,
 ) -> Result<Called, ApiError> {
+    if decoded.batched.items > 1 {
+        // Fan-out and joins are per root item; a batch of roots is not supported yet.
+        return Err(ApiError::bad_input(format!(
+            "the request carries {} items; pipeline '{}' takes one item per request",
+            decoded.batched.items, served.pipeline.name
+        )));
+    }
     let (reply, answer) = tokio::sync::oneshot::channel();
     served.actor.do_send(RunPipeline {
         inputs: decoded.inputs,

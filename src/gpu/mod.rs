@@ -83,7 +83,8 @@ pub struct Prepared {
     pub cpu: Option<Arc<cpu::ModelPlans>>,
 }
 
-/// One batch to execute: the inputs of each request, in batch order.
+/// One batch to execute: the inputs of each item, in batch order (the controller splits a
+/// request of several items into its items; their count is the batch size).
 #[derive(Clone, Debug)]
 pub struct InferJob {
     pub model: ModelId,
@@ -98,7 +99,7 @@ pub struct Executed<T> {
     pub device_time: Option<Nanos>,
 }
 
-/// The outputs of each request of a batch, in batch order.
+/// The outputs of each item of a batch, in batch order.
 pub type BatchOutputs = Vec<Vec<Tensor>>;
 
 /// A device an executor can drive.

@@ -165,11 +165,12 @@ impl Backend for SimDevice {
         let Some(artifact) = artifact else {
             return Box::pin(async move { Err(DeviceError::NotLoaded(job.model)) });
         };
+        // Timed by its items, as the smallest allowed batch that holds them (padded).
         let batch = job.inputs.len() as u32;
-        let nominal = artifact
-            .spec
-            .profile
-            .latency(batch)
+        let profile = &artifact.spec.profile;
+        let nominal = profile
+            .fitting_batch(batch)
+            .and_then(|b| profile.latency(b))
             .map(|t| (t as f64 / self.profile.speed).round() as Nanos)
             .ok_or_else(|| DeviceError::BadInput(format!("batch size {batch} is not allowed")));
         let outputs = job

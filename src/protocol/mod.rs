@@ -38,9 +38,10 @@ pub enum ActionKind {
     Load,
     /// Free the model's pages.
     Unload,
-    /// Execute one batch; `requests.len()` is the batch size.
+    /// Execute one batch of the requests' items (the batch size is their sum).
     Infer {
-        /// The requests of the batch, in the order of their inputs and outputs.
+        /// The requests of the batch, in the order of their items' inputs and outputs
+        /// (each request's items one after another, never split over batches).
         requests: Vec<RequestId>,
     },
 }
@@ -141,12 +142,13 @@ pub enum ActionError {
     Overdue,
 }
 
-/// An action for an executor, with the inputs of an INFER's requests in batch order.
+/// An action for an executor, with the inputs of an INFER's items in batch order.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Execute {
     /// What to do, and when.
     pub action: Action,
-    /// Inputs of each request of an INFER, in the order of `requests`; empty otherwise.
+    /// Inputs of each item of an INFER, in the order of `requests` (a request of several
+    /// items gives as many entries, one after another); empty otherwise.
     /// Shared with the controller, which keeps them until the request is answered.
     #[serde(with = "wire::shared_items")]
     pub inputs: Vec<Arc<Vec<Tensor>>>,
@@ -161,7 +163,7 @@ pub struct ActionReport {
     pub device: DeviceId,
     /// What was measured, or why it did not complete.
     pub result: Result<Measured, ActionError>,
-    /// Outputs of an INFER that ran: per request in batch order, that request's tensors.
+    /// Outputs of an INFER that ran: per item in batch order, that item's tensors.
     pub outputs: Option<Vec<Vec<Tensor>>>,
 }
 

@@ -46,9 +46,17 @@ pub struct Request {
     /// it is dropped as soon as it cannot (adaptive batch drop, `clockwork/admit.rs`).
     /// `None`: a model's own request, bounded by its objective alone.
     pub latest_finish: Option<Nanos>,
+    /// Items it carries (a client's batch; 1 for most): they run in one device batch and
+    /// are answered together, so batches are counted in items. 0 is taken as 1.
+    pub items: u32,
 }
 
 impl Request {
+    /// Items it carries, at least 1.
+    pub fn items(&self) -> u32 {
+        self.items.max(1)
+    }
+
     /// When the answer is due.
     pub fn deadline(&self) -> Nanos {
         self.arrival.saturating_add(self.slo)
@@ -225,6 +233,10 @@ pub trait Policy {
     /// traffic, since a LOAD takes time. 0 removes the floor. Policies without placement
     /// ignore it.
     fn set_replica_floor(&mut self, _model: ModelId, _replicas: u32) {}
+    /// The most items one request of `model` may carry: the largest batch the policy runs
+    /// it in (a request's items are never split over batches). The controller turns larger
+    /// requests away before admission; a policy refuses one it is given anyway.
+    fn max_items(&self, model: ModelId) -> u32;
     /// Plans what the devices should do next.
     fn schedule(&mut self, now: Nanos, plan: &mut Plan);
     /// When `schedule` should next be called even if nothing happens.
@@ -239,6 +251,13 @@ pub trait Policy {
 }
 
 pub use crate::config::UnknownPolicy;
+
+/// Index of the smallest of the allowed batch sizes `batches` (ascending) that holds
+/// `items`: the batch a request of that many items runs in, padded. `None`: none does.
+pub(crate) fn cover(batches: &[u32], items: u32) -> Option<usize> {
+    let at = batches.partition_point(|&b| b < items);
+    (at < batches.len()).then_some(at)
+}
 
 /// Policies that can be named in configuration and on the command line (the names of
 /// [`PolicyName::ALL`], for callers that hold strings).

@@ -20,108 +20,169 @@ pub struct Queued {
     pub due: Nanos,
     /// Its share of the model's load demand (parts per million of a device).
     pub demand: u64,
+    /// Items it carries (at least 1): they run in one batch, never split.
+    pub items: u32,
 }
 
 /// Waiting requests of one model, earliest deadline first.
 #[derive(Debug, Default)]
 pub struct ModelQueue {
-    items: VecDeque<Queued>,
+    queue: VecDeque<Queued>,
     /// Sum of the items' demand.
     demand: u64,
     /// Items whose `latest` is past their `deadline`: while there are none (a model
     /// serving no pipeline), `latest` follows deadline order and the searches below are
     /// binary ones.
     loose: usize,
+    /// Sum of the requests' items: batches are sized in items.
+    items: usize,
+    /// Requests of more than one item: while there are none, a request is an item and
+    /// the searches stay binary ones.
+    multi: usize,
 }
 
 impl ModelQueue {
     pub fn len(&self) -> usize {
-        self.items.len()
+        self.queue.len()
     }
 
     pub fn demand(&self) -> u64 {
         self.demand
     }
 
+    /// Items of every queued request.
+    pub fn items(&self) -> usize {
+        self.items
+    }
+
     pub fn front(&self) -> Option<&Queued> {
-        self.items.front()
+        self.queue.front()
     }
 
     pub fn back(&self) -> Option<&Queued> {
-        self.items.back()
+        self.queue.back()
     }
 
     /// Inserts in deadline order; equal deadlines keep arrival order. Requests mostly
     /// arrive in deadline order, so the search from the back is usually one step.
     pub fn push(&mut self, item: Queued) {
         let at = self
-            .items
+            .queue
             .iter()
             .rposition(|q| q.deadline <= item.deadline)
             .map_or(0, |i| i + 1);
         self.demand += item.demand;
         self.loose += usize::from(item.latest != item.deadline);
-        self.items.insert(at, item);
+        self.items += item.items as usize;
+        self.multi += usize::from(item.items != 1);
+        self.queue.insert(at, item);
     }
 
     /// Removes the request `id`, if queued.
     pub fn remove(&mut self, id: RequestId) -> Option<Queued> {
-        let at = self.items.iter().position(|q| q.id == id)?;
-        let item = self.items.remove(at)?;
+        let at = self.queue.iter().position(|q| q.id == id)?;
+        let item = self.queue.remove(at)?;
         self.took(&item);
         Some(item)
     }
 
     pub fn pop_front(&mut self) -> Option<Queued> {
-        let item = self.items.pop_front()?;
+        let item = self.queue.pop_front()?;
         self.took(&item);
         Some(item)
     }
 
     /// Number of requests whose deadline is before `time` (they are at the front).
     pub fn count_before(&self, time: Nanos) -> usize {
-        self.items.partition_point(|q| q.deadline < time)
+        self.queue.partition_point(|q| q.deadline < time)
     }
 
     /// Removes `n` requests after the `skip` most urgent ones.
-    pub fn take_range(&mut self, skip: usize, n: usize) -> Vec<Queued> {
-        let end = (skip + n).min(self.items.len());
-        let taken: Vec<Queued> = self.items.drain(skip.min(end)..end).collect();
+    fn take_range(&mut self, skip: usize, n: usize) -> Vec<Queued> {
+        let end = (skip + n).min(self.queue.len());
+        let taken: Vec<Queued> = self.queue.drain(skip.min(end)..end).collect();
         taken.iter().for_each(|q| self.took(q));
         taken
     }
 
-    /// Number of requests that a batch finishing at `finish` would still serve in time
-    /// (`latest` not before it).
-    pub fn count_meeting(&self, finish: Nanos) -> usize {
-        if self.loose == 0 {
-            return self.len() - self.count_before(finish);
+    /// Items of the requests whose deadline is before `time` (they are at the front).
+    pub fn items_before(&self, time: Nanos) -> usize {
+        let n = self.count_before(time);
+        if self.multi == 0 {
+            return n;
         }
-        self.items.iter().filter(|q| q.latest >= finish).count()
+        self.queue.range(..n).map(|q| q.items as usize).sum()
     }
 
-    /// Removes the `n` most urgent requests that a batch finishing at `finish` serves in
-    /// time; the others stay queued (for a smaller batch, or until they expire).
-    pub fn take_meeting(&mut self, finish: Nanos, n: usize) -> Vec<Queued> {
+    /// Items that a batch finishing at `finish` would still serve in time (`latest` not
+    /// before it).
+    pub fn items_meeting(&self, finish: Nanos) -> usize {
         if self.loose == 0 {
-            return self.take_range(self.count_before(finish), n);
+            return self.items - self.items_before(finish);
         }
-        let mut taken = Vec::with_capacity(n);
-        let mut at = 0;
-        while taken.len() < n && at < self.items.len() {
-            if self.items[at].latest >= finish {
-                taken.extend(self.items.remove(at));
-            } else {
-                at += 1;
-            }
+        let meeting = self.queue.iter().filter(|q| q.latest >= finish);
+        meeting.map(|q| q.items as usize).sum()
+    }
+
+    /// Items a batch of at most `size` items finishing at `finish` (`None`: whenever)
+    /// would take: what [`Self::take_fitting`] removes, without removing it.
+    pub fn fill(&self, finish: Option<Nanos>, size: usize) -> usize {
+        if self.multi == 0 {
+            let meeting = finish.map_or(self.items, |f| self.items_meeting(f));
+            return meeting.min(size);
         }
+        self.fitting(finish, size)
+            .map(|(_, q)| q.items as usize)
+            .sum()
+    }
+
+    /// Removes the most urgent requests that a batch of at most `size` items finishing at
+    /// `finish` (`None`: whenever) serves in time, whole: a request whose items would
+    /// overflow the batch is passed over for the next one that fits. The others stay
+    /// queued (for another batch, or until they expire).
+    pub fn take_fitting(&mut self, finish: Option<Nanos>, size: usize) -> Vec<Queued> {
+        if self.multi == 0 && self.loose == 0 {
+            let skip = finish.map_or(0, |f| self.count_before(f));
+            return self.take_range(skip, size);
+        }
+        let at: Vec<usize> = self.fitting(finish, size).map(|(i, _)| i).collect();
+        // Removed from the back so that the positions stay valid.
+        let mut taken: Vec<Queued> = at
+            .iter()
+            .rev()
+            .filter_map(|&i| self.queue.remove(i))
+            .collect();
+        taken.reverse();
         taken.iter().for_each(|q| self.took(q));
         taken
+    }
+
+    /// Positions and requests of a first-fit batch of at most `size` items, in urgency
+    /// order, of the requests that meet `finish`.
+    fn fitting(
+        &self,
+        finish: Option<Nanos>,
+        size: usize,
+    ) -> impl Iterator<Item = (usize, &Queued)> + '_ {
+        let mut room = size;
+        self.queue
+            .iter()
+            .enumerate()
+            .filter(move |(_, q)| finish.is_none_or(|f| q.latest >= f))
+            .filter(move |(_, q)| {
+                let fits = q.items as usize <= room;
+                if fits {
+                    room -= q.items as usize;
+                }
+                fits
+            })
     }
 
     fn took(&mut self, item: &Queued) {
         self.demand -= item.demand;
         self.loose -= usize::from(item.latest != item.deadline);
+        self.items -= item.items as usize;
+        self.multi -= usize::from(item.items != 1);
     }
 }
 
@@ -136,6 +197,7 @@ mod tests {
             latest: deadline,
             due: deadline,
             demand: 10,
+            items: 1,
         }
     }
 
@@ -149,15 +211,19 @@ mod tests {
                 ..q(id, deadline)
             });
         }
-        assert_eq!(queue.count_meeting(25), 3);
-        let ids: Vec<u64> = queue.take_meeting(25, 2).iter().map(|q| q.id.0).collect();
+        assert_eq!(queue.items_meeting(25), 3);
+        let ids: Vec<u64> = queue
+            .take_fitting(Some(25), 2)
+            .iter()
+            .map(|q| q.id.0)
+            .collect();
         assert_eq!(ids, vec![2, 3]);
         assert_eq!(queue.front().map(|q| q.id.0), Some(1));
         assert_eq!(queue.demand(), 20);
         // Without loose requests it is the range after those due before the finish.
         queue.remove(RequestId(1));
-        assert_eq!(queue.count_meeting(45), 0);
-        assert_eq!(queue.take_meeting(35, 8).len(), 1);
+        assert_eq!(queue.items_meeting(45), 0);
+        assert_eq!(queue.take_fitting(Some(35), 8).len(), 1);
     }
 
     #[test]
@@ -191,5 +257,29 @@ mod tests {
         queue.push(q(1, 5));
         assert_eq!(queue.take_range(0, 8).len(), 1);
         assert!(queue.pop_front().is_none());
+    }
+
+    #[test]
+    fn batches_take_whole_requests_that_fit_in_items() {
+        let mut queue = ModelQueue::default();
+        // (id, deadline, items): 2 does not fit beside 1 in a batch of 4, 3 does.
+        for (id, deadline, items) in [(1, 10, 3), (2, 20, 2), (3, 30, 1), (4, 40, 4)] {
+            queue.push(Queued {
+                items,
+                ..q(id, deadline)
+            });
+        }
+        assert_eq!(queue.items(), 10);
+        assert_eq!(queue.items_before(25), 5);
+        assert_eq!(queue.items_meeting(15), 7);
+        assert_eq!(queue.fill(None, 4), 4);
+        assert_eq!(queue.fill(Some(15), 4), 3, "2 and 3 fit, 4 would overflow");
+        let ids: Vec<u64> = queue.take_fitting(None, 4).iter().map(|q| q.id.0).collect();
+        assert_eq!(ids, vec![1, 3]);
+        assert_eq!(queue.items(), 6);
+        let ids: Vec<u64> = queue.take_fitting(None, 3).iter().map(|q| q.id.0).collect();
+        assert_eq!(ids, vec![2], "4 items never split over batches of 3");
+        assert_eq!(queue.take_fitting(None, 4).len(), 1);
+        assert_eq!((queue.len(), queue.items(), queue.demand()), (0, 0, 0));
     }
 }

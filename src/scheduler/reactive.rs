@@ -13,15 +13,15 @@ use std::collections::VecDeque;
 
 use super::ids::IdMap;
 use super::{
-    Action, ActionKind, Answer, DeviceInfo, DeviceSnapshot, ModelInfo, Outcome, Plan, Policy,
-    PolicySnapshot, Refusal, Request, Verdict,
+    cover, Action, ActionKind, Answer, DeviceInfo, DeviceSnapshot, ModelInfo, Outcome, Plan,
+    Policy, PolicySnapshot, Refusal, Request, Verdict,
 };
 use crate::config::PolicyConfig;
 use crate::model::{ActionId, DeviceId, ModelId, RequestId};
 use crate::time::Nanos;
 
 /// A waiting request: id, arrival and when its answer is due.
-type Waiting = (RequestId, Nanos, Nanos);
+type Waiting = (RequestId, Nanos, Nanos, u32);
 
 struct Model {
     info: ModelInfo,
@@ -105,11 +105,15 @@ impl ReactivePolicy {
         self.next_action += 1;
         let id = ActionId(self.next_action);
         let expected_duration = match &kind {
-            ActionKind::Infer { requests } => self.models[model.0 as usize]
-                .info
-                .profile
-                .latency(requests.len() as u32)
-                .unwrap_or(0),
+            ActionKind::Infer { .. } => {
+                let m = &self.models[model.0 as usize];
+                let items = match &work {
+                    Work::Infer(taken) => taken.iter().map(|w| w.3).sum(),
+                    _ => 1,
+                };
+                let padded = cover(&m.batches, items).map_or(items, |b| m.batches[b]);
+                m.info.profile.latency(padded).unwrap_or(0)
+            }
             ActionKind::Load => self.models[model.0 as usize].info.profile.load_latency,
             ActionKind::Unload => 0,
         };
@@ -145,17 +149,27 @@ impl ReactivePolicy {
             return;
         };
         let m = &mut self.models[model.0 as usize];
-        let cap = (m.limit as u32)
-            .clamp(1, self.max_batch)
-            .min(m.queue.len() as u32);
-        let batch = m
+        let cap = (m.limit as u32).clamp(1, self.max_batch);
+        let mut room = m
             .batches
             .iter()
             .rev()
             .find(|&&b| b <= cap)
             .copied()
             .unwrap_or(1);
-        let taken: Vec<Waiting> = m.queue.drain(..batch as usize).collect();
+        // FIFO in whole requests: the oldest always goes (in the batch its items need),
+        // then those behind it while their items fit.
+        let front = m.queue.front().map_or(1, |w| w.3);
+        room = room.max(cover(&m.batches, front).map_or(front, |b| m.batches[b]));
+        let mut count = 0;
+        for w in &m.queue {
+            if w.3 > room {
+                break;
+            }
+            room -= w.3;
+            count += 1;
+        }
+        let taken: Vec<Waiting> = m.queue.drain(..count).collect();
         self.queued -= taken.len();
         let requests = taken.iter().map(|w| w.0).collect();
         let d = &mut self.devices[device.0 as usize];
@@ -264,7 +278,7 @@ impl ReactivePolicy {
                     (m.limit * 0.9).max(1.0)
                 };
                 m.limit = m.limit.min(f64::from(self.max_batch));
-                for (id, _, due) in taken {
+                for (id, _, due, _) in taken {
                     let late = measured.end > due;
                     let verdict = Verdict::Completed {
                         action: outcome.action,
@@ -277,7 +291,7 @@ impl ReactivePolicy {
                 }
             }
             Err(error) => {
-                for (id, _, _) in taken {
+                for (id, _, _, _) in taken {
                     plan.answers.push(Answer {
                         request: id,
                         verdict: Verdict::Failed(error.clone()),
@@ -323,11 +337,23 @@ impl Policy for ReactivePolicy {
         DeviceId(self.devices.len() as u32 - 1)
     }
 
-    fn admit(&mut self, request: Request, _now: Nanos, _plan: &mut Plan) {
-        // The controller admits only models it added (see `Policy::admit`).
+    fn admit(&mut self, request: Request, _now: Nanos, plan: &mut Plan) {
+        // The controller admits only models it added (see `Policy::admit`), and no more
+        // items than it runs in one batch: a larger request could never run.
+        if request.items() > self.max_items(request.model) {
+            plan.answers.push(Answer {
+                request: request.id,
+                verdict: Verdict::Refused(Refusal::DeadlineUnreachable),
+            });
+            return;
+        }
         let m = &mut self.models[request.model.0 as usize];
-        m.queue
-            .push_back((request.id, request.arrival, request.deadline()));
+        m.queue.push_back((
+            request.id,
+            request.arrival,
+            request.deadline(),
+            request.items(),
+        ));
         self.queued += 1;
         if m.queue.len() == 1 && !m.loading {
             self.misses.push_back(request.model);
@@ -369,6 +395,12 @@ impl Policy for ReactivePolicy {
                 }
             }
         }
+    }
+
+    fn max_items(&self, model: ModelId) -> u32 {
+        let m = &self.models[model.0 as usize];
+        let allowed = m.batches.iter().rev().find(|&&b| b <= self.max_batch);
+        allowed.copied().unwrap_or(1)
     }
 
     fn schedule(&mut self, now: Nanos, plan: &mut Plan) {
@@ -473,6 +505,7 @@ mod tests {
             arrival: now,
             slo: 100 * MS,
             latest_finish: None,
+            items: 1,
         }
     }
 

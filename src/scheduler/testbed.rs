@@ -54,6 +54,8 @@ pub struct Report {
     pub actions: usize,
     pub batches: usize,
     pub batched_requests: usize,
+    /// Items of the batched requests (a request may carry several).
+    pub batched_items: usize,
     pub loads: usize,
     pub unloads: usize,
     /// LOADs a device refused for want of free pages: the policy asked for more memory
@@ -122,6 +124,9 @@ pub struct Testbed<P> {
     events: BinaryHeap<Reverse<(Nanos, u64, Event)>>,
     seq: u64,
     answered: IdMap<u64, Verdict>,
+    /// Items of each admitted request, until it is put in a batch (a second batch of it
+    /// is a split request).
+    items: IdMap<u64, u32>,
     report: Report,
     plan: Plan,
 }
@@ -152,6 +157,7 @@ impl<P: Policy> Testbed<P> {
             events: BinaryHeap::new(),
             seq: 0,
             answered: IdMap::default(),
+            items: IdMap::default(),
             report: Report::default(),
             plan: Plan::default(),
         }
@@ -193,6 +199,7 @@ impl<P: Policy> Testbed<P> {
             self.now = self.now.max(t);
             for r in driver.arrivals(self.now, &self.policy) {
                 self.report.admitted += 1;
+                self.items.insert(r.id.0, r.items());
                 let before = self.plan.answers.len();
                 self.policy.admit(r, self.now, &mut self.plan);
                 let refused = self.plan.answers[before..]
@@ -247,6 +254,7 @@ impl<P: Policy> Testbed<P> {
                 for r in reaction.submit {
                     reacted = true;
                     self.report.admitted += 1;
+                    self.items.insert(r.id.0, r.items());
                     self.policy.admit(r, self.now, &mut self.plan);
                 }
             }
@@ -365,14 +373,8 @@ impl<P: Policy> Testbed<P> {
             }
             ActionKind::Unload => 0,
             ActionKind::Infer { requests } => {
-                let batch = requests.len();
-                let latency = profile.latency(batch as u32);
-                if latency.is_none() || batch > self.max_batch {
-                    self.violation(format!("batch of {batch} for model {model} is not allowed"));
-                }
-                self.report.batches += 1;
-                self.report.batched_requests += batch;
-                scaled(latency.unwrap_or(0))
+                let latency = self.batch_latency(model, requests);
+                scaled(latency)
             }
         };
         let measured = Measured {
@@ -383,5 +385,35 @@ impl<P: Policy> Testbed<P> {
         self.devices[device].running[lane.index()] = Some((action, measured));
         let lane = lane.index();
         self.at(measured.end, Event::End { device, lane });
+    }
+
+    /// The true run time of a batch of `requests` of `model`: that of the smallest
+    /// profiled size that holds their items (padded, as a device runs it). Checks that
+    /// it fits an allowed size and that no request was batched before (split).
+    fn batch_latency(&mut self, model: usize, requests: &[RequestId]) -> Nanos {
+        let mut items = 0;
+        for r in requests {
+            match self.items.remove(&r.0) {
+                Some(n) => items += n as usize,
+                None => self.violation(format!("request {} batched twice", r.0)),
+            }
+        }
+        let profile = &self.truth[model].1;
+        let padded = profile
+            .batches
+            .iter()
+            .map(|b| b.batch as usize)
+            .filter(|&b| b >= items)
+            .min();
+        let latency = padded.and_then(|b| profile.latency(b as u32));
+        if latency.is_none() || items > self.max_batch {
+            self.violation(format!(
+                "batch of {items} items for model {model} is not allowed"
+            ));
+        }
+        self.report.batches += 1;
+        self.report.batched_requests += requests.len();
+        self.report.batched_items += items;
+        latency.unwrap_or(0)
     }
 }

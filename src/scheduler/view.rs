@@ -24,14 +24,14 @@ pub struct ModelView {
     /// Devices that hold it ready (or are loading it) and may take work; 0: cold (only the
     /// policy can judge a load, and a refusal there also asks for one).
     pub replicas: u32,
-    /// Waiting requests that can still be served (deadline not yet hopeless), for
-    /// snapshots and logs.
+    /// Items of the waiting requests that can still be served (deadline not yet
+    /// hopeless), for snapshots and logs.
     pub queued: u32,
     /// Batch-1 execution estimate: a request finishes no sooner than this after it is
     /// ready to run.
     pub single: Nanos,
-    /// When one more request, queued at `at` behind every waiting one, would finish as
-    /// the policy projects it.
+    /// When one more request of one item, queued at `at` behind every waiting one, would
+    /// finish as the policy projects it.
     pub finish: Nanos,
     /// When the view was taken (the controller's clock).
     pub at: Nanos,

@@ -85,6 +85,7 @@ impl Sender {
                 controller.do_send(Submit {
                     model: names[model as usize].clone(),
                     inputs: Arc::clone(&self.inputs),
+                    items: 1,
                     slo,
                     edge: None,
                     root: None,

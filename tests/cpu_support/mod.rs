@@ -88,6 +88,7 @@ pub async fn infer(runtime: &Runtime, model: &str, inputs: Vec<Tensor>) -> Infer
     let infer = Infer {
         model: model.into(),
         inputs,
+        items: 1,
         slo: Some(SLACK_SLO_MS * 1_000_000),
         edge: None,
         root: None,

@@ -52,6 +52,7 @@ impl Handler<Infer> for Controller {
         let submit = Submit {
             model: infer.model,
             inputs: Arc::new(infer.inputs),
+            items: infer.items,
             slo: infer.slo,
             edge: infer.edge,
             root: infer.root,

@@ -27,7 +27,7 @@ use crate::scheduler::ids::IdMap;
 use crate::scheduler::{
     Action, ActionError, ActionKind, Answer, Outcome, Plan, Policy, Request, Verdict,
 };
-use crate::tensor::{check_inputs, Tensor};
+use crate::tensor::{check_inputs, split_items, Tensor};
 use crate::time::{Clock, Nanos};
 
 /// Action ids the controller gives its own repair actions (the policy's count up from 1).
@@ -36,7 +36,8 @@ const REPAIR_IDS: u64 = 1 << 63;
 /// A request waiting for its answer.
 struct Pending {
     model: ModelId,
-    inputs: Arc<Vec<Tensor>>,
+    /// Each item's inputs, in item order (devices run items).
+    inputs: Vec<Arc<Vec<Tensor>>>,
     arrival: Nanos,
     slo: Nanos,
     /// The pipeline root's group it belongs to, if any.
@@ -49,6 +50,8 @@ struct Sent {
     action: Action,
     /// For an INFER, its requests in batch order (to match outputs).
     requests: Vec<RequestId>,
+    /// Items of each of `requests`: their outputs follow one another, item by item.
+    items: Vec<u32>,
 }
 
 /// What the controller is given at start.
@@ -156,10 +159,14 @@ impl Controller {
             return;
         };
         let (model, spec) = (registered.id, &registered.spec);
-        if let Err(problem) = check_inputs(spec, &infer.inputs) {
-            let _ = reply.send(Err(InferError::BadInput(problem)));
-            return;
-        }
+        let max = self.parts.policy.max_items(model);
+        let inputs = match items_of(spec, infer.inputs, infer.items, max) {
+            Ok(inputs) => inputs,
+            Err(problem) => {
+                let _ = reply.send(Err(InferError::BadInput(problem)));
+                return;
+            }
+        };
         let now = self.now();
         let mut slo = infer.slo.unwrap_or(spec.slo);
         let edge = infer.edge.unwrap_or(Edge {
@@ -178,9 +185,10 @@ impl Controller {
         if let Some(group) = group {
             self.groups.entry(group).or_default().push(id);
         }
+        let items = inputs.len() as u32;
         let pending = Pending {
             model,
-            inputs: infer.inputs,
+            inputs,
             arrival,
             slo,
             group,
@@ -197,6 +205,7 @@ impl Controller {
             arrival,
             slo: slo.saturating_sub(edge.reserve),
             latest_finish: infer.root.map(|r| r.deadline.saturating_sub(r.downstream)),
+            items,
         };
         self.touched.push(model);
         self.parts.policy.admit(request, now, &mut self.plan);
@@ -235,9 +244,16 @@ impl Controller {
             ActionKind::Infer { requests } => requests.clone(),
             _ => Vec::new(),
         };
-        let inputs = requests
+        // Devices run items: each request's, one after another.
+        let pending: Vec<Option<&Pending>> = requests.iter().map(|r| self.pending.get(r)).collect();
+        let items = pending
             .iter()
-            .filter_map(|r| self.pending.get(r).map(|p| Arc::clone(&p.inputs)))
+            .map(|p| p.map_or(1, |p| p.inputs.len() as u32))
+            .collect();
+        let inputs = pending
+            .iter()
+            .flatten()
+            .flat_map(|p| p.inputs.iter().map(Arc::clone))
             .collect();
         self.parts.events.publish(|| {
             Event::ActionPlanned(events::ActionPlanned {
@@ -257,7 +273,14 @@ impl Controller {
             inputs,
         });
         self.watchdog.watch(&action);
-        self.sent.insert(action.id, Sent { action, requests });
+        self.sent.insert(
+            action.id,
+            Sent {
+                action,
+                requests,
+                items,
+            },
+        );
     }
 
     fn answer(&mut self, answer: Answer, now: Nanos) {
@@ -330,6 +353,7 @@ impl Controller {
         // The caller may have gone away; the request is answered all the same.
         let _ = pending.reply.send(result);
         self.answered += 1;
+        let items = pending.inputs.len() as u32;
         self.parts.events.publish(|| {
             Event::RequestAnswered(events::RequestAnswered {
                 request,
@@ -339,6 +363,7 @@ impl Controller {
                 slo: pending.slo,
                 outcome,
                 batch,
+                items,
             })
         });
     }
@@ -373,3 +398,35 @@ impl Controller {
 
 mod handlers;
 mod reports;
+
+/// A request's inputs as each item's, checked against the model: `items` (0 taken as 1)
+/// must not pass `max`, the most the policy runs in one batch, nor 1 for a model without
+/// a batch dimension.
+fn items_of(
+    spec: &crate::model::ModelSpec,
+    inputs: Arc<Vec<Tensor>>,
+    items: u32,
+    max: u32,
+) -> Result<Vec<Arc<Vec<Tensor>>>, String> {
+    let items = items.max(1);
+    if items == 1 {
+        check_inputs(spec, &inputs)?;
+        return Ok(vec![inputs]);
+    }
+    if !spec.batched {
+        return Err(format!(
+            "the request carries {items} items; model '{}' has no batch dimension and takes one item per request",
+            spec.name
+        ));
+    }
+    if items > max {
+        return Err(format!(
+            "the request carries {items} items; model '{}' runs at most {max} items in a batch",
+            spec.name
+        ));
+    }
+    let each = split_items(&inputs, items as usize)?;
+    each.into_iter()
+        .map(|item| check_inputs(spec, &item).map(|()| Arc::new(item)))
+        .collect()
+}

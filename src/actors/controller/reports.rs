@@ -101,7 +101,7 @@ impl Controller {
                 device: report.device,
                 model: sent.action.model,
                 kind: sent.action.kind.tag(),
-                batch: sent.requests.len() as u32,
+                batch: sent.items.iter().sum(),
                 expected: sent.action.expected_duration,
                 measured: report.result.as_ref().ok().copied(),
                 error: report.result.as_ref().err().cloned(),
@@ -142,10 +142,20 @@ impl Controller {
         exec: crate::scheduler::Measured,
         outputs: BatchOutputs,
     ) {
-        let batch = sent.requests.len() as u32;
-        for (&request, outputs) in sent.requests.iter().zip(outputs) {
+        let batch = sent.items.iter().sum();
+        let mut outputs = outputs.into_iter();
+        for (&request, &items) in sent.requests.iter().zip(&sent.items) {
+            // A request's items are never split: its outputs are the next `items`.
+            let mine: Vec<_> = outputs.by_ref().take(items as usize).collect();
             let Some(pending) = self.pending.get(&request) else {
                 continue;
+            };
+            let joined = match crate::tensor::join_items(mine) {
+                Ok(joined) => joined,
+                Err(problem) => {
+                    tracing::warn!(?request, %problem, "outputs of a request's items do not join");
+                    continue;
+                }
             };
             let timing = RequestTiming {
                 arrival: pending.arrival,
@@ -155,7 +165,7 @@ impl Controller {
                 batch,
                 device: DeviceId(sent.action.device.0),
             };
-            self.outputs.insert(request, (outputs, timing));
+            self.outputs.insert(request, (joined, timing));
         }
     }
 }

@@ -177,7 +177,7 @@ impl Metrics {
         let published = kind.after_admission() && !matches!(error, ApiError::Early { .. });
         if let Some(m) = model.and_then(|id| self.model(id)) {
             if !published {
-                m.answered(kind);
+                m.answered(kind, 1);
             }
         }
     }
@@ -239,7 +239,7 @@ impl Metrics {
         let Some(m) = self.model(event.model) else {
             return;
         };
-        m.answered(event.outcome);
+        m.answered(event.outcome, event.items);
         if event.outcome.is_success() {
             let duration = event.answered.saturating_sub(event.arrival);
             m.request_us.inc_by(duration / 1000);

@@ -57,14 +57,15 @@ pub(super) struct PerModel {
 }
 
 impl PerModel {
-    /// One answer: counted by its outcome, and as Triton's success or failure.
-    pub fn answered(&self, outcome: Outcome) {
+    /// One answer of a request of `items` items: counted by its outcome, and as Triton's
+    /// success or failure; a success's items as Triton's inferences.
+    pub fn answered(&self, outcome: Outcome, items: u32) {
         if let Some(i) = Outcome::ALL.iter().position(|&o| o == outcome) {
             self.outcomes[i].inc();
         }
         if outcome.is_success() {
             self.success.inc();
-            self.count.inc();
+            self.count.inc_by(u64::from(items));
         } else {
             self.failure.inc();
         }
@@ -142,7 +143,7 @@ impl ModelFamilies {
             )?,
             count: c(
                 "nv_inference_count",
-                "Inferences performed (one per successful request)",
+                "Inferences performed (the items of successful requests)",
             )?,
             exec_count: c("nv_inference_exec_count", "Batches executed")?,
             request_us: c(
@@ -242,7 +243,7 @@ mod tests {
         let families = ModelFamilies::register(&Registry::new()).unwrap();
         let m = families.resolve("m");
         for &o in Outcome::ALL {
-            m.answered(o);
+            m.answered(o, 1);
         }
         assert!(m.outcomes.iter().all(|c| c.get() == 1));
         assert_eq!(m.success.get(), 2);

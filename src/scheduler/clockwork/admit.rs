@@ -15,6 +15,7 @@
 
 use super::{ClockworkPolicy, ModelState, DEVICE};
 use crate::model::ModelId;
+use crate::scheduler::cover;
 use crate::scheduler::estimate::Estimator;
 use crate::scheduler::queue::Queued;
 use crate::scheduler::{Answer, Plan, Refusal, Request, Verdict};
@@ -37,7 +38,14 @@ impl ClockworkPolicy {
             .saturating_sub(p.buffer)
             .max(request.slo.min(p.schedule_ahead + p.buffer));
         let (deadline, latest) = bounds(request.arrival.saturating_add(window), request, p.buffer);
-        let single = model.exec.iter().map(|k| k[0].get()).max().unwrap_or(0);
+        let items = request.items();
+        let Some(alone) = cover(&model.batches, items) else {
+            // More items than its largest batch: no plan can ever run it (the controller
+            // turns such requests away before admission, naming both numbers).
+            refuse(plan, request, Refusal::DeadlineUnreachable);
+            return;
+        };
+        let single = model.exec.iter().map(|k| k[alone].get()).max().unwrap_or(0);
         let cold = model.ready_on.is_empty() && model.loading == 0;
         let load = model.load.iter().map(Estimator::get).min().unwrap_or(0);
         let hopeless = now + p.lanes.expected_lag + load + single > latest;
@@ -52,7 +60,7 @@ impl ClockworkPolicy {
             refuse(plan, request, Refusal::DeadlineUnreachable);
             return;
         }
-        if p.early_drop && !self.can_drain_in_time(request.model, now, deadline, latest) {
+        if p.early_drop && !self.can_drain_in_time(request.model, now, (deadline, items), latest) {
             refuse(plan, request, Refusal::DeadlineUnreachable);
             return;
         }
@@ -62,27 +70,29 @@ impl ClockworkPolicy {
             latest,
             due: request.deadline().max(request.latest_finish.unwrap_or(0)),
             demand,
+            items,
         };
         // Enqueueing re-ranks the model, with its new rate.
         self.enqueue(request.model, item);
     }
 
-    /// Whether a request of `model` with internal `deadline`, queued now behind the
-    /// requests due before it, could finish by `latest` on the replicas that hold the
-    /// model, with the estimates the plan uses. Before answering no on estimates a slow spell
-    /// left behind, they go back to their seeds (see `refresh_estimates`).
+    /// Whether a request of `model` with (internal deadline, items), queued now behind
+    /// the requests due before it, could finish by `latest` on the replicas that hold the
+    /// model, with the estimates the plan uses. Before answering no
+    /// on estimates a slow spell left behind, they go back to their seeds (see
+    /// `refresh_estimates`).
     fn can_drain_in_time(
         &mut self,
         model: ModelId,
         now: Nanos,
-        deadline: Nanos,
+        (deadline, items): (Nanos, u32),
         latest: Nanos,
     ) -> bool {
-        match self.projected_finish(model, now, deadline, latest) {
+        match self.projected_finish(model, now, (deadline, items), latest) {
             Some(finish) if finish > latest => {
                 self.refresh_estimates(model, now)
                     && self
-                        .projected_finish(model, now, deadline, latest)
+                        .projected_finish(model, now, (deadline, items), latest)
                         .is_none_or(|f| f <= latest)
             }
             _ => true,
@@ -103,7 +113,7 @@ impl ClockworkPolicy {
         &self,
         model: ModelId,
         now: Nanos,
-        deadline: Nanos,
+        (deadline, items): (Nanos, u32),
         bound: Nanos,
     ) -> Option<Nanos> {
         let m = &self.models[model.0 as usize];
@@ -137,15 +147,19 @@ impl ClockworkPolicy {
         let soonest = free.iter().map(|f| f.0).min()?;
         let expiring = m
             .queue
-            .count_before(soonest.saturating_add(self.best_single(model)));
-        let ahead = m.queue.count_before(deadline.saturating_add(1));
-        let mut remaining = ahead.saturating_sub(expiring) + 1;
+            .items_before(soonest.saturating_add(self.best_single(model)));
+        let ahead = m.queue.items_before(deadline.saturating_add(1));
+        let mut remaining = ahead.saturating_sub(expiring) + items as usize;
+        // Whole requests of several items leave batches short of their size: the last
+        // batch may then be a padded one.
+        let pad = items > 1 || m.queue.items() > m.queue.len();
         loop {
             let next = free.iter_mut().min_by_key(|f| f.0)?;
             if next.0 > bound {
                 return Some(next.0);
             }
-            let (size, est) = efficient_batch(m, next.1, remaining, self.params.max_exec_time);
+            let max_exec = self.params.max_exec_time;
+            let (size, est) = efficient_batch(m, next.1, (remaining, pad), max_exec);
             next.0 = next.0.saturating_add(est);
             if remaining <= size {
                 return Some(next.0);
@@ -155,23 +169,26 @@ impl ClockworkPolicy {
     }
 }
 
-/// The allowed batch of at most `items` requests that serves the most per unit of device
-/// time on device kind `kind` (within `max_exec_time` above batch 1): (size, estimate).
+/// The allowed batch of at most `items` items that serves the most per unit of device
+/// time on device kind `kind` (within `max_exec_time` above batch 1): (items it serves,
+/// estimate). With `pad`, the smallest batch that holds every item is a candidate too.
 fn efficient_batch(
     m: &ModelState,
     kind: usize,
-    items: usize,
+    (items, pad): (usize, bool),
     max_exec_time: Nanos,
 ) -> (usize, Nanos) {
     let mut best = (1, m.exec[kind][0].get());
     for (b, &size) in m.batches.iter().enumerate().skip(1) {
         let est = m.exec[kind][b].get();
-        if size as usize > items || est > max_exec_time {
+        let covers = pad && b > 0 && m.batches[b - 1] < items as u32;
+        if (size as usize > items && !covers) || est > max_exec_time {
             break;
         }
-        // size / est > best.0 / best.1, without division.
-        if u128::from(size) * u128::from(best.1) >= best.0 as u128 * u128::from(est) {
-            best = (size as usize, est);
+        let served = (size as usize).min(items);
+        // served / est > best.0 / best.1, without division.
+        if served as u128 * u128::from(best.1) >= best.0 as u128 * u128::from(est) {
+            best = (served, est);
         }
     }
     best

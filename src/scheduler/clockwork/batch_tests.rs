@@ -68,3 +68,48 @@ fn a_batch_no_cheaper_per_request_does_not_leave_the_most_urgent_behind() {
         "the urgent request is in the first batch: {requests:?}"
     );
 }
+
+fn items(id: u64, now: Nanos, slo: Nanos, items: u32) -> Request {
+    Request {
+        items,
+        ..request(id, 0, now, slo)
+    }
+}
+
+#[test]
+fn a_request_of_several_items_runs_whole_in_the_batch_that_holds_it() {
+    let (mut policy, now) = linear();
+    let mut plan = Plan::default();
+    // 3 + 3 + 1 items: a batch of 4 holds one request of 3 whole and the 1 beside it;
+    // the other 3 wait (never split over two batches).
+    policy.admit(items(0, now, 500 * MS, 3), now, &mut plan);
+    policy.admit(items(1, now, 500 * MS, 3), now, &mut plan);
+    policy.admit(items(2, now, 500 * MS, 1), now, &mut plan);
+    assert!(plan.answers.is_empty(), "all admitted: {:?}", plan.answers);
+    policy.schedule(now, &mut plan);
+    let batches: Vec<(Vec<RequestId>, Nanos)> = plan
+        .actions
+        .iter()
+        .filter_map(|a| match &a.kind {
+            ActionKind::Infer { requests } => Some((requests.clone(), a.expected_duration)),
+            _ => None,
+        })
+        .collect();
+    let first = (vec![RequestId(0), RequestId(2)], 40 * MS);
+    assert_eq!(batches.first(), Some(&first), "{batches:?}");
+    assert_eq!(
+        policy.snapshot(now).queued,
+        1,
+        "the other waits for the next batch"
+    );
+}
+
+#[test]
+fn more_items_than_the_largest_batch_are_refused_at_once() {
+    let (mut policy, now) = linear();
+    assert_eq!(policy.max_items(ModelId(0)), 4);
+    let mut plan = Plan::default();
+    policy.admit(items(0, now, 500 * MS, 5), now, &mut plan);
+    let refused = Verdict::Refused(Refusal::DeadlineUnreachable);
+    assert_eq!(plan.answers.first().map(|a| &a.verdict), Some(&refused));
+}

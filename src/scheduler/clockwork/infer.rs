@@ -8,7 +8,7 @@ use std::cmp::Reverse;
 
 use super::{ClockworkPolicy, Work};
 use crate::model::{DeviceId, ModelId};
-use crate::scheduler::{ActionKind, Plan, Refusal, Verdict};
+use crate::scheduler::{cover, ActionKind, Plan, Refusal, Verdict};
 use crate::time::Nanos;
 
 /// How much more requests per unit of device time a batch must serve than the best batch
@@ -28,11 +28,13 @@ impl ClockworkPolicy {
     fn priority(&self, model: ModelId) -> Option<Nanos> {
         let m = &self.models[model.0 as usize];
         let front = m.queue.front()?;
-        let b = m
+        // The largest batch the queue's items fill, and at least the one its front needs.
+        let fills = m
             .batches
             .iter()
-            .rposition(|&b| b as usize <= m.queue.len())
-            .unwrap_or(0);
+            .rposition(|&b| b as usize <= m.queue.items());
+        let needs = cover(&m.batches, front.items);
+        let b = fills.max(needs).unwrap_or(0);
         Some(front.deadline.saturating_sub(self.worst_estimate(model, b)))
     }
 
@@ -76,13 +78,14 @@ impl ClockworkPolicy {
                 self.queue_changed(model, None);
                 continue;
             }
-            let single = self.best_single(model);
-            let m = &mut self.models[model.0 as usize];
-            m.expiry = None;
             let mut expired = Vec::new();
-            while m.queue.front().is_some_and(|q| now + single > q.latest) {
-                expired.extend(m.queue.pop_front());
+            while let Some(q) = self.models[model.0 as usize].queue.front().copied() {
+                if now + self.best_alone(model, q.items) <= q.latest {
+                    break;
+                }
+                expired.extend(self.models[model.0 as usize].queue.pop_front());
             }
+            self.models[model.0 as usize].expiry = None;
             self.queued -= expired.len();
             Self::answer(plan, expired, Verdict::Refused(Refusal::TimedOut));
             // Re-arms for the new front (or the same one, if estimates moved).
@@ -115,9 +118,9 @@ impl ClockworkPolicy {
         if !self.params.early_drop {
             return;
         }
-        let single = self.best_single(model);
+        let front = self.models[model.0 as usize].queue.front().copied();
+        let armed = front.map(|q| expiry(q.latest, self.best_alone(model, q.items)));
         let m = &mut self.models[model.0 as usize];
-        let armed = m.queue.front().map(|q| expiry(q.latest, single));
         if armed != m.expiry {
             m.expiry = armed;
             if let Some(at) = armed {
@@ -161,44 +164,32 @@ impl ClockworkPolicy {
         plan: &mut Plan,
     ) {
         let kind = self.devices[device.0 as usize].kind;
-        let mut single = self.exec_estimate(model, kind, 0);
-        let front = self.models[model.0 as usize]
-            .queue
-            .front()
-            .map(|q| q.latest);
-        if front.is_some_and(|d| start + single > d) && self.refresh_estimates(model, now) {
-            single = self.exec_estimate(model, kind, 0);
+        if self.params.early_drop {
+            self.drop_hopeless(model, kind, start, now, plan);
         }
-        let early_drop = self.params.early_drop;
-        let queue = &mut self.models[model.0 as usize].queue;
-        let mut hopeless = Vec::new();
-        while early_drop && queue.front().is_some_and(|q| start + single > q.latest) {
-            hopeless.extend(queue.pop_front());
-        }
-        self.queued -= hopeless.len();
-        Self::answer(
-            plan,
-            hopeless,
-            Verdict::Refused(Refusal::DeadlineUnreachable),
-        );
         if self.models[model.0 as usize].queue.front().is_none() {
             return;
         }
-        let b = self.choose_batch(model, kind, start);
-        let expected = self.exec_estimate(model, kind, b);
+        let chosen = self.choose_batch(model, kind, start);
+        let expected = self.exec_estimate(model, kind, chosen);
         let p = self.params;
         let m = &mut self.models[model.0 as usize];
-        let size = m.batches[b] as usize;
-        let requests = if p.early_drop {
-            m.queue.take_meeting(start + expected, size)
-        } else {
-            m.queue.take_range(0, size)
-        };
+        let size = m.batches[chosen] as usize;
+        let requests = m
+            .queue
+            .take_fitting(p.early_drop.then_some(start + expected), size);
         self.queued -= requests.len();
         if requests.is_empty() {
             // Nothing it could serve in time (the front was judged by its latest finish).
             return;
         }
+        // Whole requests may leave the batch short of its size: it runs at the smallest
+        // allowed size that holds its items (padded), if that is no slower.
+        let items = requests.iter().map(|q| q.items).sum();
+        let b = cover(&self.models[model.0 as usize].batches, items)
+            .filter(|&b| self.exec_estimate(model, kind, b) <= expected)
+            .unwrap_or(chosen);
+        let expected = self.exec_estimate(model, kind, b);
         // Leave the executor slack to start late, but not so late that it would finish
         // past the most urgent latest finish of the batch (the first one's, unless a
         // pipeline's sub-request has time left after its stage's share).
@@ -223,8 +214,45 @@ impl ClockworkPolicy {
         self.send(plan, action, Work::Infer { batch: b, requests });
     }
 
+    /// Execution estimate on device kind `kind` of the batch a request of `items` items
+    /// runs in alone.
+    fn alone_on(&self, model: ModelId, kind: usize, items: u32) -> Nanos {
+        let m = &self.models[model.0 as usize];
+        let b = cover(&m.batches, items).unwrap_or(m.batches.len() - 1);
+        self.exec_estimate(model, kind, b)
+    }
+
+    /// Refuses the requests at the front that a batch starting at `start` cannot finish
+    /// in time even alone (after giving stale estimates a second look).
+    fn drop_hopeless(
+        &mut self,
+        model: ModelId,
+        kind: usize,
+        start: Nanos,
+        now: Nanos,
+        plan: &mut Plan,
+    ) {
+        let front = self.models[model.0 as usize].queue.front().copied();
+        if front.is_some_and(|q| start + self.alone_on(model, kind, q.items) > q.latest) {
+            self.refresh_estimates(model, now);
+        }
+        let mut hopeless = Vec::new();
+        while let Some(q) = self.models[model.0 as usize].queue.front().copied() {
+            if start + self.alone_on(model, kind, q.items) <= q.latest {
+                break;
+            }
+            hopeless.extend(self.models[model.0 as usize].queue.pop_front());
+        }
+        self.queued -= hopeless.len();
+        Self::answer(
+            plan,
+            hopeless,
+            Verdict::Refused(Refusal::DeadlineUnreachable),
+        );
+    }
+
     /// The batch to run at `start`, as an index into the allowed sizes; its requests are
-    /// the most urgent ones it finishes in time (`ModelQueue::take_meeting`).
+    /// the most urgent whole ones it finishes in time (`ModelQueue::take_fitting`).
     ///
     /// Goodput first: among allowed sizes within `max_exec_time`, the one that serves the
     /// most requests per unit of device time in time, where a size may skip the few
@@ -238,34 +266,45 @@ impl ClockworkPolicy {
     /// Without early drop: the largest batch the queue fills.
     fn choose_batch(&self, model: ModelId, kind: usize, start: Nanos) -> usize {
         let m = &self.models[model.0 as usize];
-        let len = m.queue.len();
-        let mut best = 0;
+        let items = m.queue.items();
+        // The batch the front request needs alone: always a candidate, so that a request
+        // of many items is never starved by sizes too small to hold it.
+        let front = m.queue.front().map_or(1, |q| q.items);
+        let needs = cover(&m.batches, front).unwrap_or(0);
+        let mut best = needs;
         let mut best_rate = 0.0;
         // The best batch that leaves behind no request a smaller batch would serve.
-        let (mut whole, mut whole_rate) = (0, 0.0);
-        // Requests even batch 1 finishes too late for: lost whatever is chosen.
+        let (mut whole, mut whole_rate) = (needs, 0.0);
+        // Items even batch 1 finishes too late for: lost whatever is chosen.
         let mut lost_anyway = 0;
         for (b, &size) in m.batches.iter().enumerate() {
             let est = self.exec_estimate(model, kind, b);
-            if size as usize > len || (b > 0 && est > self.params.max_exec_time) {
-                break;
-            }
-            let fit = if self.params.early_drop {
-                m.queue.count_meeting(start + est)
-            } else {
-                len
-            };
+            let finish = self.params.early_drop.then_some(start + est);
+            let fit = finish.map_or(items, |f| m.queue.items_meeting(f));
             if b == 0 {
-                lost_anyway = len - fit;
+                lost_anyway = items - fit;
             }
-            if fit < size as usize {
+            if b != needs {
+                if size as usize > items || (b > 0 && est > self.params.max_exec_time) {
+                    if b > needs {
+                        break;
+                    }
+                    continue;
+                }
+                if fit < size as usize {
+                    continue;
+                }
+            }
+            // Whole requests may fill it short of its size.
+            let served = m.queue.fill(finish, size as usize);
+            if served == 0 {
                 continue;
             }
-            let rate = f64::from(size) / est.max(1) as f64;
-            if b == 0 || rate >= best_rate {
+            let rate = served as f64 / est.max(1) as f64;
+            if rate >= best_rate {
                 (best, best_rate) = (b, rate);
             }
-            if len - fit <= lost_anyway && (b == 0 || rate >= whole_rate) {
+            if items - fit <= lost_anyway && rate >= whole_rate {
                 (whole, whole_rate) = (b, rate);
             }
         }

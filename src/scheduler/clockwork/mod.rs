@@ -221,6 +221,15 @@ impl ClockworkPolicy {
         m.exec.iter().map(|k| k[0].get()).min().unwrap_or(0)
     }
 
+    /// The most optimistic estimate of the batch a request of `items` items runs in
+    /// alone (the smallest allowed size that holds it): if even this cannot finish it in
+    /// time, nothing can.
+    fn best_alone(&self, model: ModelId, items: u32) -> Nanos {
+        let m = &self.models[model.0 as usize];
+        let b = super::cover(&m.batches, items).unwrap_or(m.batches.len() - 1);
+        m.exec.iter().map(|k| k[b].get()).min().unwrap_or(0)
+    }
+
     fn answer(plan: &mut Plan, requests: impl IntoIterator<Item = Queued>, verdict: Verdict) {
         for q in requests {
             plan.answers.push(Answer {
@@ -365,6 +374,11 @@ impl Policy for ClockworkPolicy {
         self.queue_changed(model, None);
         Self::answer(plan, [item], Verdict::Refused(Refusal::Withdrawn));
         true
+    }
+
+    fn max_items(&self, model: ModelId) -> u32 {
+        let m = &self.models[model.0 as usize];
+        m.batches.last().copied().unwrap_or(1)
     }
 
     fn schedule(&mut self, now: Nanos, plan: &mut Plan) {

@@ -37,6 +37,7 @@ pub(super) fn request(id: u64, model: u32, arrival: Nanos, slo: Nanos) -> Reques
         arrival,
         slo,
         latest_finish: None,
+        items: 1,
     }
 }
 
@@ -436,6 +437,7 @@ fn a_request_the_queue_cannot_drain_in_time_is_refused_on_arrival() {
 fn sub_request(id: u64, now: Nanos, slo: Nanos, latest: Nanos) -> Request {
     Request {
         latest_finish: Some(latest),
+        items: 1,
         ..request(id, 0, now, slo)
     }
 }

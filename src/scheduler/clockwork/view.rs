@@ -11,24 +11,24 @@ const HORIZON: Nanos = 60_000 * MS;
 
 impl ClockworkPolicy {
     /// The model as the edge should see it at `now` (see `crate::scheduler::view`): the
-    /// projection is the one the policy refuses arrivals with (`admit.rs`), for a request
-    /// behind every waiting one.
+    /// projection is the one the policy refuses arrivals with (`admit.rs`), for one item
+    /// behind every waiting one (the edge has not read how many a request carries).
     pub(super) fn model_view(&self, model: ModelId, now: Nanos) -> Option<ModelView> {
         let m = self.models.get(model.0 as usize)?;
         let single = self.best_single(model);
         // Bounded: a projection past any objective says all the edge needs to know.
         let horizon = now.saturating_add(HORIZON);
-        let finish = self.projected_finish(model, now, horizon, horizon);
-        // Requests that could no longer finish even alone are about to time out: they
-        // are not ahead of a new one.
-        let hopeless = m.queue.count_before(now.saturating_add(single));
+        let finish = self.projected_finish(model, now, (horizon, 1), horizon);
+        // Requests that could no longer finish even alone are about to time out: their
+        // items are not ahead of a new one.
+        let hopeless = m.queue.items_before(now.saturating_add(single));
         Some(ModelView {
             replicas: if finish.is_some() {
                 m.ready_on.len().max(1) as u32
             } else {
                 0
             },
-            queued: (m.queue.len() - hopeless).try_into().unwrap_or(u32::MAX),
+            queued: (m.queue.items() - hopeless).try_into().unwrap_or(u32::MAX),
             single,
             finish: finish.unwrap_or(now),
             at: now,
