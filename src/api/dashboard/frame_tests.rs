@@ -42,6 +42,7 @@ fn answered(request: u64, at: Nanos, outcome: Outcome) -> Event {
         slo: 100 * MS,
         outcome,
         batch: None,
+        items: 1,
     })
 }
 
