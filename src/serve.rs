@@ -32,6 +32,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         decode_queue: config.server.decode_queue,
     };
     let state = ApiState::new(&runtime, settings)?;
+    let grpc_state = state.clone();
     let cores = runtime.cores.clone();
     // This thread (the system's: timers, the accept loop inherits its mask) belongs to
     // the front end, like the workers below.
@@ -58,6 +59,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     for address in server.addrs() {
         tracing::info!(%address, devices = runtime.executors.len(), models = runtime.models.len(), "listening");
     }
+    let grpc = match &config.server.grpc_listen {
+        Some(address) => Some(start_grpc(grpc_state, address).await?),
+        None => None,
+    };
     let server = server.run();
     let handle = server.handle();
     let serving = actix_web::rt::spawn(server);
@@ -65,11 +70,37 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     tracing::info!(signal, "shutting down: answering requests in flight");
     // Stop admitting first, so nothing new slips in while connections wind down.
     runtime.controller.send(Drain).await.ok();
+    if let Some((stop, grpc)) = grpc {
+        stop.send(()).ok();
+        grpc.await.context("gRPC server task")??;
+    }
     handle.stop(true).await;
     serving.await.context("HTTP server task")??;
     runtime.shutdown().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The gRPC server, on the serving thread (a task of the actix system, beside the HTTP
+/// accept loop); it stops, after answering the calls in flight, when told.
+async fn start_grpc(
+    state: ApiState,
+    address: &str,
+) -> anyhow::Result<(
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+)> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("cannot listen on {address} (grpc_listen)"))?;
+    let bound = listener.local_addr()?;
+    tracing::info!(grpc = %bound, "serving gRPC");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async {
+        stopped.await.ok();
+    };
+    let task = actix_web::rt::spawn(api::grpc::serve(state, listener, shutdown));
+    Ok((stop, task))
 }
 
 /// HTTP workers without a core plan (no cpu devices): actix-web's own default, one per

@@ -9,13 +9,14 @@ use super::binary::{self, Sections};
 use super::codec;
 use super::error::ApiError;
 use super::v2::{self, InferRequest, InferResponse, Parameters, ResponseOutput};
-use crate::model::ModelSpec;
+use crate::model::{DataType, ModelSpec};
 use crate::tensor::Tensor;
 use crate::time::Nanos;
 
 /// A request body turned into what the controller takes.
 pub(super) struct Decoded {
-    pub(super) request: InferRequest,
+    /// The request's id, echoed in the answer.
+    pub(super) id: Option<String>,
     pub(super) slo: Option<Nanos>,
     pub(super) inputs: Vec<Tensor>,
     pub(super) batched: bool,
@@ -35,7 +36,7 @@ pub(super) fn decode_body(
     let (inputs, batched) = decode_inputs(spec, &request, binary)?;
     let outputs = choose_outputs(spec, &request)?;
     Ok(Decoded {
-        request,
+        id: request.id,
         slo,
         inputs,
         batched,
@@ -68,23 +69,13 @@ fn decode_inputs(
     let mut batched = false;
     for input in &request.inputs {
         let name = &input.name;
-        let datatype = v2::parse_datatype(&input.datatype).ok_or_else(|| {
-            ApiError::bad_input(format!(
-                "input '{name}' has unknown datatype '{}'",
-                input.datatype
-            ))
-        })?;
-        let Some(declared) = spec.inputs.iter().find(|d| &d.name == name) else {
-            return Err(ApiError::bad_input(format!(
-                "unexpected input '{name}'; model '{}' takes {:?}",
-                spec.name,
-                spec.inputs.iter().map(|d| &d.name).collect::<Vec<_>>()
-            )));
-        };
-        let (shape, with_batch) =
-            codec::item_shape(declared, &input.shape).map_err(ApiError::bad_input)?;
+        let Checked {
+            datatype,
+            shape,
+            with_batch,
+            count,
+        } = check_input(spec, name, &input.datatype, &input.shape)?;
         batched |= with_batch;
-        let count = codec::elements(name, &shape).map_err(ApiError::bad_input)?;
         let binary_size =
             v2::size(&input.parameters, "binary_data_size").map_err(ApiError::bad_input)?;
         let data: Vec<u8> = match (binary_size, &input.data) {
@@ -114,10 +105,71 @@ fn decode_inputs(
     Ok((tensors, batched))
 }
 
+/// An input as a client declared it, checked against the model.
+pub(super) struct Checked {
+    pub(super) datatype: DataType,
+    /// The shape of one item.
+    pub(super) shape: Vec<usize>,
+    /// Whether the client sent a batch dimension (then outputs get one too).
+    pub(super) with_batch: bool,
+    /// Elements of one item.
+    pub(super) count: usize,
+}
+
+/// Checks one input's name, datatype and shape against the model, for every protocol.
+pub(super) fn check_input(
+    spec: &ModelSpec,
+    name: &str,
+    datatype: &str,
+    shape: &[i64],
+) -> Result<Checked, ApiError> {
+    let parsed = v2::parse_datatype(datatype).ok_or_else(|| {
+        ApiError::bad_input(format!("input '{name}' has unknown datatype '{datatype}'"))
+    })?;
+    let Some(declared) = spec.inputs.iter().find(|d| d.name == name) else {
+        return Err(ApiError::bad_input(format!(
+            "unexpected input '{name}'; model '{}' takes {:?}",
+            spec.name,
+            spec.inputs.iter().map(|d| &d.name).collect::<Vec<_>>()
+        )));
+    };
+    let (item, with_batch) = codec::item_shape(declared, shape).map_err(ApiError::bad_input)?;
+    let count = codec::elements(name, &item).map_err(ApiError::bad_input)?;
+    Ok(Checked {
+        datatype: parsed,
+        shape: item,
+        with_batch,
+        count,
+    })
+}
+
 /// An output to answer, and whether as binary data.
 pub(super) struct Wanted {
-    name: String,
+    pub(super) name: String,
     binary: bool,
+}
+
+/// An output a client asked for by name, which the model must have.
+pub(super) fn wanted(spec: &ModelSpec, name: &str, binary: bool) -> Result<Wanted, ApiError> {
+    if !spec.outputs.iter().any(|o| o.name == name) {
+        return Err(ApiError::bad_input(format!(
+            "model '{}' has no output '{name}'",
+            spec.name
+        )));
+    }
+    Ok(Wanted {
+        name: name.to_owned(),
+        binary,
+    })
+}
+
+/// Every output of the model, in its order.
+pub(super) fn all_outputs(spec: &ModelSpec, binary: bool) -> Vec<Wanted> {
+    let all = spec.outputs.iter().map(|o| Wanted {
+        name: o.name.clone(),
+        binary,
+    });
+    all.collect()
 }
 
 /// The outputs to answer: those requested, in order, else all of the model's.
@@ -125,31 +177,18 @@ fn choose_outputs(spec: &ModelSpec, request: &InferRequest) -> Result<Vec<Wanted
     let all_binary =
         v2::flag(&request.parameters, "binary_data_output").map_err(ApiError::bad_input)?;
     let Some(requested) = &request.outputs else {
-        let all = spec.outputs.iter().map(|o| Wanted {
-            name: o.name.clone(),
-            binary: all_binary,
-        });
-        return Ok(all.collect());
+        return Ok(all_outputs(spec, all_binary));
     };
     requested
         .iter()
         .map(|output| {
-            if !spec.outputs.iter().any(|o| o.name == output.name) {
-                return Err(ApiError::bad_input(format!(
-                    "model '{}' has no output '{}'",
-                    spec.name, output.name
-                )));
-            }
             let binary = match output.parameters.get("binary_data") {
                 Some(_) => {
                     v2::flag(&output.parameters, "binary_data").map_err(ApiError::bad_input)?
                 }
                 None => all_binary,
             };
-            Ok(Wanted {
-                name: output.name.clone(),
-                binary,
-            })
+            wanted(spec, &output.name, binary)
         })
         .collect()
 }
@@ -204,9 +243,13 @@ pub(super) fn respond(
     binary::respond(json, binary)
 }
 
-/// A model's or a pipeline's answer, encoded, and what the front end learns from it.
-pub(super) struct Called {
-    pub(super) response: HttpResponse,
+/// A model's or a pipeline's answer, before a protocol encodes it, and what the front end
+/// learns from it.
+pub(super) struct Answer {
+    /// Every output the model (the pipeline) gave, by name.
+    pub(super) outputs: Vec<Tensor>,
+    /// What the runtime tells of the answer (`emulated`, `late`, ...).
+    pub(super) parameters: Parameters,
     /// Where the way back starts (`Phase::Respond`): the end of the request's batch, or
     /// the pipeline's answer (its last stage's batch done and joined).
     pub(super) ended: Nanos,

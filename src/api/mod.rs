@@ -22,6 +22,7 @@ mod body;
 mod codec;
 mod edge;
 mod error;
+pub mod grpc;
 mod health;
 mod infer;
 mod metrics;
