@@ -37,7 +37,6 @@ profile = "v100"
 [[models]]
 name = "mlp"
 profile = "mlp-small"
-slo = "100ms"
 [[devices]]
 backend = "cpu"
 [repository]
@@ -60,13 +59,20 @@ done
 if [ "$model" != mlp ]; then
     curl -sf -X POST "http://$http/v2/repository/models/$model/load" > /dev/null
 fi
+# A cold model's first requests are refused while its weights load: measure a warm one
+# (ready, and a second for the edge's view of it to settle).
+for _ in $(seq 1 100); do
+    curl -sf "http://$http/v2/models/$model/ready" > /dev/null && break
+    sleep 0.1
+done
+sleep 1
 
 for protocol in http grpc; do
     url=$http
     [ "$protocol" = grpc ] && url=$grpc
     "$pa" -m "$model" -u "$url" -i "$protocol" --concurrency-range "$concurrency" \
         --measurement-interval 5000 --stability-percentage 50 --max-trials 5 \
-        -f "$work/$protocol.csv" > "$work/$protocol.out" 2>&1 || { cat "$work/$protocol.out"; exit 1; }
+        -f "$work/$protocol.csv" > "$work/$protocol.out" 2>&1 || { echo "$protocol:"; cat "$work/$protocol.out"; tail -5 "$work/log"; exit 1; }
 done
 python3 - "$work" "$model" "$concurrency" <<'PY'
 import csv, sys
