@@ -60,7 +60,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tracing::info!(%address, devices = runtime.executors.len(), models = runtime.models.len(), "listening");
     }
     let grpc = match &config.server.grpc_listen {
-        Some(address) => Some(start_grpc(grpc_state, address).await?),
+        Some(address) => Some(start_grpc(grpc_state, address)?),
         None => None,
     };
     let server = server.run();
@@ -72,7 +72,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     runtime.controller.send(Drain).await.ok();
     if let Some((stop, grpc)) = grpc {
         stop.send(()).ok();
-        grpc.await.context("gRPC server task")??;
+        grpc.await.context("gRPC server thread")??;
     }
     handle.stop(true).await;
     serving.await.context("HTTP server task")??;
@@ -81,26 +81,41 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The gRPC server, on the serving thread (a task of the actix system, beside the HTTP
-/// accept loop); it stops, after answering the calls in flight, when told.
-async fn start_grpc(
-    state: ApiState,
-    address: &str,
-) -> anyhow::Result<(
+/// What stops the gRPC server, and what says it has stopped.
+type GrpcServer = (
     tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
-)> {
-    let listener = tokio::net::TcpListener::bind(address)
-        .await
+    tokio::sync::oneshot::Receiver<anyhow::Result<()>>,
+);
+
+/// The gRPC server on a thread of its own (its own runtime, as an HTTP worker has; on the
+/// serving thread it competed with the system's timers and accept loop); it stops, after
+/// answering the calls in flight, when told. The calls reach the actors by their
+/// addresses, which work from any thread.
+fn start_grpc(state: ApiState, address: &str) -> anyhow::Result<GrpcServer> {
+    let listener = std::net::TcpListener::bind(address)
         .with_context(|| format!("cannot listen on {address} (grpc_listen)"))?;
-    let bound = listener.local_addr()?;
-    tracing::info!(grpc = %bound, "serving gRPC");
+    listener.set_nonblocking(true)?;
+    tracing::info!(grpc = %listener.local_addr()?, "serving gRPC");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let shutdown = async {
-        stopped.await.ok();
+    let (done, finished) = tokio::sync::oneshot::channel();
+    let serve = move || {
+        let result = runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener)?;
+            let shutdown = async {
+                stopped.await.ok();
+            };
+            api::grpc::serve(state, listener, shutdown).await?;
+            anyhow::Ok(())
+        });
+        done.send(result).ok();
     };
-    let task = actix_web::rt::spawn(api::grpc::serve(state, listener, shutdown));
-    Ok((stop, task))
+    std::thread::Builder::new()
+        .name("grpc".into())
+        .spawn(serve)?;
+    Ok((stop, finished))
 }
 
 /// HTTP workers without a core plan (no cpu devices): actix-web's own default, one per

@@ -34,8 +34,7 @@ use proto::grpc_inference_service_server::GrpcInferenceServiceServer;
 use service::GrpcApi;
 
 /// Serves the gRPC API on `listener` until `shutdown` completes (calls in flight are
-/// answered first). Must run inside the actix system, as the HTTP server does: the calls
-/// message its actors.
+/// answered first). Any tokio runtime will do: the calls reach the actors by address.
 pub async fn serve(
     state: ApiState,
     listener: tokio::net::TcpListener,
