@@ -119,6 +119,25 @@ pub fn decode(spec: &ModelSpec, request: ModelInferRequest) -> Result<Decoded, A
     })
 }
 
+/// Each value in the narrower type `T`, as little-endian bytes; one out of its range is
+/// refused.
+fn narrow<S: Copy + std::fmt::Display, T: TryFrom<S>>(
+    name: &str,
+    values: &[S],
+    bytes: impl Fn(T) -> Vec<u8>,
+) -> Result<Vec<u8>, ApiError> {
+    let mut out = Vec::with_capacity(values.len() * std::mem::size_of::<T>());
+    for &v in values {
+        let t = T::try_from(v).map_err(|_| {
+            ApiError::bad_input(format!(
+                "input '{name}' has the value {v}, out of its datatype's range"
+            ))
+        })?;
+        out.extend(bytes(t));
+    }
+    Ok(out)
+}
+
 /// The little-endian bytes of typed contents: the one field of the datatype, `count`
 /// elements, each in the datatype's range.
 fn typed(
@@ -127,22 +146,6 @@ fn typed(
     count: usize,
     c: InferTensorContents,
 ) -> Result<Vec<u8>, ApiError> {
-    fn narrow<S: Copy + std::fmt::Display, T: TryFrom<S>>(
-        name: &str,
-        values: &[S],
-        bytes: impl Fn(T) -> Vec<u8>,
-    ) -> Result<Vec<u8>, ApiError> {
-        let mut out = Vec::with_capacity(values.len() * std::mem::size_of::<T>());
-        for &v in values {
-            let t = T::try_from(v).map_err(|_| {
-                ApiError::bad_input(format!(
-                    "input '{name}' has the value {v}, out of its datatype's range"
-                ))
-            })?;
-            out.extend(bytes(t));
-        }
-        Ok(out)
-    }
     let given = |n: usize| {
         if n == count {
             Ok(())
