@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Runs scripts/tritonclient_check.py (Triton's Python HTTP client) against a real
-# `clockwork serve` on a free port. Installs tritonclient[http] and numpy from PyPI into a
-# virtual environment under target/ on first use. Always stops the server.
+# Runs scripts/tritonclient_check.py (Triton's Python HTTP client) and
+# scripts/tritonclient_grpc_check.py (its gRPC client) against a real `clockwork serve`
+# on free ports. Installs tritonclient[http,grpc] and numpy from PyPI into a virtual
+# environment under target/ on first use. Always stops the server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv=target/tritonclient-venv
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check 'tritonclient[http]' numpy
+fi
+if ! "$venv/bin/python" -c 'import tritonclient.http, tritonclient.grpc, numpy' 2>/dev/null; then
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check 'tritonclient[http,grpc]' numpy
 fi
 
 cargo build --locked --quiet --bin clockwork
@@ -23,6 +26,7 @@ trap cleanup EXIT
 cat > "$work/config.toml" <<'TOML'
 [server]
 listen = "127.0.0.1:0"
+grpc_listen = "127.0.0.1:0"
 [[devices]]
 backend = "sim"
 profile = "v100"
@@ -56,15 +60,18 @@ TOML
 (cd "$work" && RUST_LOG=info exec "$OLDPWD/target/debug/clockwork" serve --config config.toml) 2> "$work/log" &
 server_pid=$!
 address=
+grpc_address=
 for _ in $(seq 1 100); do
     address=$(sed -n 's/.*listening address=\([^ ]*\).*/\1/p' "$work/log" | head -n 1)
-    [ -n "$address" ] && break
+    grpc_address=$(sed -n 's/.*serving gRPC grpc=\([^ ]*\).*/\1/p' "$work/log" | head -n 1)
+    [ -n "$address" ] && [ -n "$grpc_address" ] && break
     kill -0 "$server_pid" 2>/dev/null || { cat "$work/log"; echo "server exited" >&2; exit 1; }
     sleep 0.1
 done
-[ -n "$address" ] || { cat "$work/log"; echo "server did not announce its address" >&2; exit 1; }
+[ -n "$address" ] && [ -n "$grpc_address" ] || { cat "$work/log"; echo "server did not announce its addresses" >&2; exit 1; }
 
 timeout 120 "$venv/bin/python" scripts/tritonclient_check.py "$address"
+timeout 120 "$venv/bin/python" scripts/tritonclient_grpc_check.py "$grpc_address" "$address"
 
 # Graceful shutdown: SIGTERM exits 0.
 kill -TERM "$server_pid"

@@ -32,6 +32,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         decode_queue: config.server.decode_queue,
     };
     let state = ApiState::new(&runtime, settings)?;
+    let grpc_state = state.clone();
     let cores = runtime.cores.clone();
     // This thread (the system's: timers, the accept loop inherits its mask) belongs to
     // the front end, like the workers below.
@@ -58,6 +59,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     for address in server.addrs() {
         tracing::info!(%address, devices = runtime.executors.len(), models = runtime.models.len(), "listening");
     }
+    let grpc = match &config.server.grpc_listen {
+        Some(address) => Some(start_grpc(grpc_state, address)?),
+        None => None,
+    };
     let server = server.run();
     let handle = server.handle();
     let serving = actix_web::rt::spawn(server);
@@ -65,11 +70,52 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     tracing::info!(signal, "shutting down: answering requests in flight");
     // Stop admitting first, so nothing new slips in while connections wind down.
     runtime.controller.send(Drain).await.ok();
+    if let Some((stop, grpc)) = grpc {
+        stop.send(()).ok();
+        grpc.await.context("gRPC server thread")??;
+    }
     handle.stop(true).await;
     serving.await.context("HTTP server task")??;
     runtime.shutdown().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// What stops the gRPC server, and what says it has stopped.
+type GrpcServer = (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::sync::oneshot::Receiver<anyhow::Result<()>>,
+);
+
+/// The gRPC server on a thread of its own (its own runtime, as an HTTP worker has; on the
+/// serving thread it competed with the system's timers and accept loop); it stops, after
+/// answering the calls in flight, when told. The calls reach the actors by their
+/// addresses, which work from any thread.
+fn start_grpc(state: ApiState, address: &str) -> anyhow::Result<GrpcServer> {
+    let listener = std::net::TcpListener::bind(address)
+        .with_context(|| format!("cannot listen on {address} (grpc_listen)"))?;
+    listener.set_nonblocking(true)?;
+    tracing::info!(grpc = %listener.local_addr()?, "serving gRPC");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (done, finished) = tokio::sync::oneshot::channel();
+    let serve = move || {
+        let result = runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener)?;
+            let shutdown = async {
+                stopped.await.ok();
+            };
+            api::grpc::serve(state, listener, shutdown).await?;
+            anyhow::Ok(())
+        });
+        done.send(result).ok();
+    };
+    std::thread::Builder::new()
+        .name("grpc".into())
+        .spawn(serve)?;
+    Ok((stop, finished))
 }
 
 /// HTTP workers without a core plan (no cpu devices): actix-web's own default, one per

@@ -11,13 +11,14 @@ use super::binary::{self, Sections};
 use super::codec;
 use super::error::ApiError;
 use super::v2::{self, InferRequest, InferResponse, Parameters, ResponseOutput};
-use crate::model::ModelSpec;
+use crate::model::{DataType, ModelSpec};
 use crate::tensor::Tensor;
 use crate::time::Nanos;
 
 /// A request body turned into what the controller takes.
 pub(super) struct Decoded {
-    pub(super) request: InferRequest,
+    /// The request's id, echoed in the answer.
+    pub(super) id: Option<String>,
     pub(super) slo: Option<Nanos>,
     pub(super) inputs: Vec<Tensor>,
     pub(super) batched: Batch,
@@ -34,11 +35,11 @@ pub(super) struct Batch {
 }
 
 impl Batch {
-    /// One item, without a batch dimension (pipelines' sub-answers, and such clients).
-    pub(super) const ONE: Batch = Batch {
-        sent: false,
-        items: 1,
-    };
+    /// The leading dimension of every output, in either protocol: the items, if the
+    /// client sent a batch dimension.
+    pub(super) fn leading(self) -> Option<u32> {
+        self.sent.then_some(self.items)
+    }
 }
 
 /// Splits, parses and checks a body: the work the decode pool does.
@@ -54,7 +55,7 @@ pub(super) fn decode_body(
     let (inputs, batched) = decode_inputs(spec, &request, binary)?;
     let outputs = choose_outputs(spec, &request)?;
     Ok(Decoded {
-        request,
+        id: request.id,
         slo,
         inputs,
         batched,
@@ -84,39 +85,14 @@ fn decode_inputs(
 ) -> Result<(Vec<Tensor>, Batch), ApiError> {
     let mut sections = Sections::new(binary);
     let mut tensors = Vec::with_capacity(request.inputs.len());
-    let mut batched = Batch::ONE;
-    // The first input that named its items, which every other must agree with.
-    let mut first: Option<(&str, usize)> = None;
+    let mut items = Items::default();
     for input in &request.inputs {
         let name = &input.name;
-        let datatype = v2::parse_datatype(&input.datatype).ok_or_else(|| {
-            ApiError::bad_input(format!(
-                "input '{name}' has unknown datatype '{}'",
-                input.datatype
-            ))
-        })?;
-        let Some(declared) = spec.inputs.iter().find(|d| &d.name == name) else {
-            return Err(ApiError::bad_input(format!(
-                "unexpected input '{name}'; model '{}' takes {:?}",
-                spec.name,
-                spec.inputs.iter().map(|d| &d.name).collect::<Vec<_>>()
-            )));
-        };
-        let (shape, batch) =
-            codec::item_shape(declared, &input.shape).map_err(ApiError::bad_input)?;
-        let items = batch.unwrap_or(1);
-        check_items(spec, name, items, first)?;
-        first = Some((name, items));
-        batched.sent |= batch.is_some();
-        batched.items = u32::try_from(items).map_err(|_| {
-            ApiError::bad_input(format!("input '{name}' carries too many items: {items}"))
-        })?;
-        let count = codec::elements(name, &shape)
-            .and_then(|one| {
-                one.checked_mul(items)
-                    .ok_or_else(|| format!("input '{name}' has too many elements"))
-            })
-            .map_err(ApiError::bad_input)?;
+        let Checked {
+            datatype,
+            shape,
+            count,
+        } = check_input(spec, name, &input.datatype, &input.shape, &mut items)?;
         let binary_size =
             v2::size(&input.parameters, "binary_data_size").map_err(ApiError::bad_input)?;
         let data: Vec<u8> = match (binary_size, &input.data) {
@@ -143,18 +119,86 @@ fn decode_inputs(
         });
     }
     sections.finish()?;
-    Ok((tensors, batched))
+    Ok((tensors, items.batch()))
 }
 
-/// Checks that input `name`'s `items` agree with the `first` input that named its items,
-/// and that a model without a batch dimension gets one item.
+/// An input as a client declared it, checked against the model.
+pub(super) struct Checked {
+    /// How to read its bytes.
+    pub(super) datatype: DataType,
+    /// The shape of one item.
+    pub(super) shape: Vec<usize>,
+    /// Elements of all its items together: what its data must hold.
+    pub(super) count: usize,
+}
+
+/// The items a request's inputs carry, gathered input by input as each is checked.
+#[derive(Debug, Default)]
+pub(super) struct Items {
+    /// The first input checked and its items, which every other must agree with.
+    first: Option<(String, u32)>,
+    /// Some input had a leading batch dimension: the outputs get one too.
+    sent: bool,
+}
+
+impl Items {
+    /// How the request laid out its items, once all its inputs are checked.
+    pub(super) fn batch(&self) -> Batch {
+        Batch {
+            sent: self.sent,
+            items: self.first.as_ref().map_or(1, |&(_, n)| n),
+        }
+    }
+}
+
+/// Checks one input's name, datatype and shape against the model, and its items against
+/// the inputs checked before it (`items`), for every protocol.
+pub(super) fn check_input(
+    spec: &ModelSpec,
+    name: &str,
+    datatype: &str,
+    shape: &[i64],
+    items: &mut Items,
+) -> Result<Checked, ApiError> {
+    let parsed = v2::parse_datatype(datatype).ok_or_else(|| {
+        ApiError::bad_input(format!("input '{name}' has unknown datatype '{datatype}'"))
+    })?;
+    let Some(declared) = spec.inputs.iter().find(|d| d.name == name) else {
+        return Err(ApiError::bad_input(format!(
+            "unexpected input '{name}'; model '{}' takes {:?}",
+            spec.name,
+            spec.inputs.iter().map(|d| &d.name).collect::<Vec<_>>()
+        )));
+    };
+    let (item, batch) = codec::item_shape(declared, shape).map_err(ApiError::bad_input)?;
+    let n = batch.unwrap_or(1);
+    let n32 = u32::try_from(n)
+        .map_err(|_| ApiError::bad_input(format!("input '{name}' carries too many items: {n}")))?;
+    check_items(spec, name, n32, items.first.as_ref())?;
+    items.first.get_or_insert_with(|| (name.to_owned(), n32));
+    items.sent |= batch.is_some();
+    let count = codec::elements(name, &item)
+        .and_then(|one| {
+            one.checked_mul(n)
+                .ok_or_else(|| format!("input '{name}' has too many elements"))
+        })
+        .map_err(ApiError::bad_input)?;
+    Ok(Checked {
+        datatype: parsed,
+        shape: item,
+        count,
+    })
+}
+
+/// Checks that input `name`'s `items` agree with the `first` input checked, and that a
+/// model without a batch dimension gets one item.
 fn check_items(
     spec: &ModelSpec,
     name: &str,
-    items: usize,
-    first: Option<(&str, usize)>,
+    items: u32,
+    first: Option<&(String, u32)>,
 ) -> Result<(), ApiError> {
-    if let Some((other, n)) = first.filter(|&(_, n)| n != items) {
+    if let Some((other, n)) = first.filter(|&&(_, n)| n != items) {
         return Err(ApiError::bad_input(format!(
             "input '{name}' carries {items} items and input '{other}' {n}; every input must \
              carry the same number of items"
@@ -172,8 +216,31 @@ fn check_items(
 
 /// An output to answer, and whether as binary data.
 pub(super) struct Wanted {
-    name: String,
+    pub(super) name: String,
     binary: bool,
+}
+
+/// An output a client asked for by name, which the model must have.
+pub(super) fn wanted(spec: &ModelSpec, name: &str, binary: bool) -> Result<Wanted, ApiError> {
+    if !spec.outputs.iter().any(|o| o.name == name) {
+        return Err(ApiError::bad_input(format!(
+            "model '{}' has no output '{name}'",
+            spec.name
+        )));
+    }
+    Ok(Wanted {
+        name: name.to_owned(),
+        binary,
+    })
+}
+
+/// Every output of the model, in its order.
+pub(super) fn all_outputs(spec: &ModelSpec, binary: bool) -> Vec<Wanted> {
+    let all = spec.outputs.iter().map(|o| Wanted {
+        name: o.name.clone(),
+        binary,
+    });
+    all.collect()
 }
 
 /// The outputs to answer: those requested, in order, else all of the model's.
@@ -181,31 +248,18 @@ fn choose_outputs(spec: &ModelSpec, request: &InferRequest) -> Result<Vec<Wanted
     let all_binary =
         v2::flag(&request.parameters, "binary_data_output").map_err(ApiError::bad_input)?;
     let Some(requested) = &request.outputs else {
-        let all = spec.outputs.iter().map(|o| Wanted {
-            name: o.name.clone(),
-            binary: all_binary,
-        });
-        return Ok(all.collect());
+        return Ok(all_outputs(spec, all_binary));
     };
     requested
         .iter()
         .map(|output| {
-            if !spec.outputs.iter().any(|o| o.name == output.name) {
-                return Err(ApiError::bad_input(format!(
-                    "model '{}' has no output '{}'",
-                    spec.name, output.name
-                )));
-            }
             let binary = match output.parameters.get("binary_data") {
                 Some(_) => {
                     v2::flag(&output.parameters, "binary_data").map_err(ApiError::bad_input)?
                 }
                 None => all_binary,
             };
-            Ok(Wanted {
-                name: output.name.clone(),
-                binary,
-            })
+            wanted(spec, &output.name, binary)
         })
         .collect()
 }
@@ -228,10 +282,9 @@ pub(super) fn respond(
             tracing::warn!(model = %spec.name, output = %want.name, "device gave no such output");
             continue;
         };
-        let mut shape = tensor.shape.clone();
-        if batched.sent {
-            shape.insert(0, batched.items as usize);
-        }
+        let leading = batched.leading().map(|n| n as usize);
+        let shape = leading.into_iter().chain(tensor.shape.iter().copied());
+        let shape = shape.collect();
         let mut parameters = Parameters::new();
         let data = if want.binary {
             parameters.insert("binary_data_size".into(), tensor.data.len().into());
@@ -260,9 +313,13 @@ pub(super) fn respond(
     binary::respond(json, binary)
 }
 
-/// A model's or a pipeline's answer, encoded, and what the front end learns from it.
-pub(super) struct Called {
-    pub(super) response: HttpResponse,
+/// A model's or a pipeline's answer, before a protocol encodes it, and what the front end
+/// learns from it.
+pub(super) struct Answer {
+    /// Every output the model (the pipeline) gave, by name.
+    pub(super) outputs: Vec<Tensor>,
+    /// What the runtime tells of the answer (`emulated`, `late`, ...).
+    pub(super) parameters: Parameters,
     /// Where the way back starts (`Phase::Respond`): the end of the request's batch, or
     /// the pipeline's answer (its last stage's batch done and joined).
     pub(super) ended: Nanos,

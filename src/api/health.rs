@@ -40,19 +40,31 @@ pub(super) async fn live() -> HttpResponse {
 ))]
 #[get("/v2/health/ready")]
 pub(super) async fn ready(state: web::Data<ApiState>) -> HttpResponse {
-    match state.controller.send(SnapshotController).await {
-        Ok(snapshot) if !snapshot.draining => HttpResponse::Ok().finish(),
-        _ => HttpResponse::ServiceUnavailable().finish(),
+    if admitting(&state).await {
+        HttpResponse::Ok().finish()
+    } else {
+        HttpResponse::ServiceUnavailable().finish()
     }
+}
+
+/// Whether the controller runs and admits requests (not draining), for every protocol.
+pub(super) async fn admitting(state: &ApiState) -> bool {
+    let snapshot = state.controller.send(SnapshotController).await;
+    snapshot.is_ok_and(|s| !s.draining)
 }
 
 /// Name, version and extensions of the server.
 #[utoipa::path(tag = "health", responses((status = 200, body = ServerMetadata)))]
 #[get("/v2")]
 pub(super) async fn server_metadata() -> web::Json<ServerMetadata> {
-    web::Json(ServerMetadata {
+    web::Json(identity())
+}
+
+/// Who the server is, for every protocol.
+pub(super) fn identity() -> ServerMetadata {
+    ServerMetadata {
         name: env!("CARGO_PKG_NAME").to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
         extensions: EXTENSIONS.iter().map(|e| (*e).to_owned()).collect(),
-    })
+    }
 }

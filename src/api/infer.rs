@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use actix_web::http::header::{HeaderName, HeaderValue};
 
-use super::body::{decode_body, respond, Batch, Called, Decoded, Wanted};
+use super::body::{decode_body, respond, Answer, Decoded};
 use super::edge::{self, Expected, FrontKey, Phase, PoolError, Stage};
 use super::error::{ApiError, ErrorBody};
 use super::metrics::Metrics;
@@ -29,6 +29,7 @@ use crate::actors::messages::{Edge, Infer, InferError, Inferred};
 use crate::actors::pipeline_table::Served;
 use crate::model::{ModelId, ModelSpec};
 use crate::scheduler::view::{judge, Admission};
+use crate::tensor::Tensor;
 use crate::time::Nanos;
 
 /// Infers with a model, or a pipeline (its root request; the answer holds its outputs).
@@ -102,29 +103,30 @@ pub(super) async fn run(
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let target = Target::find(state, model, version)?;
-    let front = Front::new(state, &target, request);
+    let front = Front::new(state, &target, edge::arrival(request, &state.clock));
     front.admit_before_reading()?;
     let body = front.read(body).await?;
-    let decoded = front.decode(request, body).await?;
-    let slo = decoded.slo.unwrap_or(target.spec().slo);
-    let edge = Edge {
-        arrival: front.arrival,
-        reserve: front.expected.respond,
-    };
-    let called = match &target {
-        Target::Model(entry) => call(state, entry, decoded, edge).await?,
-        Target::Pipeline { served, spec, .. } => {
-            super::pipelines::call(state, served, spec, decoded, edge).await?
-        }
-    };
-    front.took(Phase::Respond, called.ended);
-    let done = state.clock.now();
-    if done > front.arrival.saturating_add(slo) {
-        state.metrics.late_at_edge(&front.key);
-    }
-    let took = done.saturating_sub(front.arrival);
-    state.metrics.delivered(&front.key, took);
-    Ok(with_server_timing(called.response, took, called.exec))
+    let headers = request.headers().clone();
+    let small = body.len() <= edge::INLINE_DECODE_BYTES;
+    let job = move |spec: &ModelSpec| decode_body(spec, &headers, body);
+    let decoded = front.decode(small, job).await?;
+    let delivered = front
+        .answer(decoded, |spec, decoded, answer| {
+            respond(
+                spec,
+                decoded.id.clone(),
+                &answer.outputs,
+                &decoded.outputs,
+                decoded.batched,
+                answer.parameters,
+            )
+        })
+        .await?;
+    Ok(with_server_timing(
+        delivered.response,
+        delivered.took,
+        delivered.exec,
+    ))
 }
 
 /// What a request at a model's path is for.
@@ -146,7 +148,11 @@ pub(super) enum Target {
 impl Target {
     /// The pipeline or the ready model of that name; an unloaded pipeline is unavailable,
     /// as an unloaded model is.
-    fn find(state: &ApiState, name: &str, version: Option<&str>) -> Result<Self, ApiError> {
+    pub(super) fn find(
+        state: &ApiState,
+        name: &str,
+        version: Option<&str>,
+    ) -> Result<Self, ApiError> {
         let Some(served) = state.pipelines.get(name) else {
             super::pipelines::refuse_unloaded(state, name)?;
             return Ok(Target::Model(state.models.ready(name, version)?));
@@ -164,7 +170,7 @@ impl Target {
     }
 
     /// What its body decodes against.
-    fn spec(&self) -> &ModelSpec {
+    pub(super) fn spec(&self) -> &ModelSpec {
         match self {
             Target::Model(entry) => &entry.spec,
             Target::Pipeline { spec, .. } => spec,
@@ -187,18 +193,20 @@ impl Target {
     }
 }
 
-/// A decoded request to a model: one [`Infer`] to the controller, its answer encoded.
+/// A decoded request to a model: one [`Infer`] to the controller, its answer.
 async fn call(
     state: &ApiState,
     entry: &Arc<Entry>,
-    decoded: Decoded,
+    inputs: Vec<Tensor>,
+    items: u32,
+    slo: Option<Nanos>,
     edge: Edge,
-) -> Result<Called, ApiError> {
+) -> Result<Answer, ApiError> {
     let message = Infer {
         model: entry.spec.name.clone(),
-        inputs: decoded.inputs,
-        items: decoded.batched.items,
-        slo: decoded.slo,
+        inputs,
+        items,
+        slo,
         edge: Some(edge),
         root: None,
     };
@@ -209,26 +217,27 @@ async fn call(
     let inferred = answer.unwrap_or(Err(InferError::ShuttingDown))?;
     state.metrics.success(entry.id, &inferred);
     let started = state.clock.now();
-    let parsed = &decoded.request;
-    let response = encode(
-        entry,
-        parsed.id.clone(),
-        &inferred,
-        &decoded.outputs,
-        decoded.batched,
-        decoded.slo,
-    );
-    Ok(Called {
-        response,
+    Ok(Answer {
+        parameters: parameters(&entry.spec, &inferred, slo),
         // From the end of the batch (same clock): the way back costs time too.
         ended: inferred.timing.exec.end.min(started),
         exec: Some(inferred.timing.exec.duration),
+        outputs: inferred.outputs,
     })
 }
 
+/// A request's answer as the front end delivered it: encoded by its protocol, with the
+/// time the server held it (arrival to encoded) and its batch's run time.
+pub(super) struct Delivered<R> {
+    pub(super) response: R,
+    pub(super) took: Nanos,
+    pub(super) exec: Option<Nanos>,
+}
+
 /// One request as the front end sees it: its arrival, the learned front-end costs of its
-/// model or pipeline, and each step that may refuse it before the controller does.
-struct Front<'a> {
+/// model or pipeline, and each step that may refuse it before the controller does. Both
+/// protocols go through it: HTTP (`run`) and gRPC (`grpc/infer.rs`).
+pub(super) struct Front<'a> {
     state: &'a ApiState,
     target: &'a Target,
     key: FrontKey,
@@ -241,8 +250,8 @@ struct Front<'a> {
 }
 
 impl<'a> Front<'a> {
-    fn new(state: &'a ApiState, target: &'a Target, request: &HttpRequest) -> Self {
-        let arrival = edge::arrival(request, &state.clock);
+    /// A request to `target` whose head was read at `arrival`.
+    pub(super) fn new(state: &'a ApiState, target: &'a Target, arrival: Nanos) -> Self {
         let key = target.key();
         let expected = state.front.expected(&key);
         let deadline = arrival
@@ -268,7 +277,7 @@ impl<'a> Front<'a> {
     }
 
     /// Records the time a phase took since `started`.
-    fn took(&self, phase: Phase, started: Nanos) {
+    pub(super) fn took(&self, phase: Phase, started: Nanos) {
         self.record(phase, self.state.clock.now().saturating_sub(started));
     }
 
@@ -280,7 +289,7 @@ impl<'a> Front<'a> {
 
     /// Refuses, from the controller's last view of the model (a pipeline's first stage),
     /// a request it cannot serve by the model's (the pipeline's) deadline.
-    fn admit_before_reading(&self) -> Result<(), ApiError> {
+    pub(super) fn admit_before_reading(&self) -> Result<(), ApiError> {
         let e = self.state.front.least(&self.key);
         let view = self.target.view().and_then(|m| self.state.admission.get(m));
         let now = self.state.clock.now();
@@ -310,18 +319,23 @@ impl<'a> Front<'a> {
         Ok(bytes)
     }
 
-    /// Decodes the body on the bounded pool, unless no decoder is free within its slack.
-    async fn decode(&self, request: &HttpRequest, body: web::Bytes) -> Result<Decoded, ApiError> {
+    /// Decodes the request on the bounded pool (inline if `small`), unless no decoder is
+    /// free within its slack; `job` turns the protocol's request into tensors against
+    /// the target's spec.
+    pub(super) async fn decode(
+        &self,
+        small: bool,
+        job: impl FnOnce(&ModelSpec) -> Result<Decoded, ApiError> + Send + 'static,
+    ) -> Result<Decoded, ApiError> {
         let started = self.state.clock.now();
         let until = self.deadline.saturating_sub(self.expected.decode);
         let slack = self.state.clock.until(until);
-        let (target, headers) = (self.target.clone(), request.headers().clone());
+        let target = self.target.clone();
         let state = self.state;
         let clock = state.clock;
-        let small = body.len() <= edge::INLINE_DECODE_BYTES;
         let job = move || {
             let begun = clock.now();
-            (begun, decode_body(target.spec(), &headers, body))
+            (begun, job(target.spec()))
         };
         let (begun, decoded) = match state.decoders.run(slack, small, job).await {
             Ok(done) => done,
@@ -335,6 +349,43 @@ impl<'a> Front<'a> {
         self.record(Phase::Wait, begun.saturating_sub(started));
         self.took(Phase::Decode, begun);
         decoded
+    }
+
+    /// The one call every protocol makes of a decoded request: an [`Infer`] to the
+    /// controller or a pipeline's root request, with the arrival and the way back; then
+    /// the answer encoded by `encode`, the way back learned, lateness and latency counted.
+    pub(super) async fn answer<R>(
+        &self,
+        mut decoded: Decoded,
+        encode: impl FnOnce(&ModelSpec, &Decoded, Answer) -> R,
+    ) -> Result<Delivered<R>, ApiError> {
+        let slo = decoded.slo.unwrap_or(self.target.spec().slo);
+        let edge = Edge {
+            arrival: self.arrival,
+            reserve: self.expected.respond,
+        };
+        let inputs = std::mem::take(&mut decoded.inputs);
+        let (items, slo_asked) = (decoded.batched.items, decoded.slo);
+        let answer = match self.target {
+            Target::Model(entry) => call(self.state, entry, inputs, items, slo_asked, edge).await?,
+            Target::Pipeline { served, .. } => {
+                super::pipelines::call(self.state, served, inputs, items, slo_asked, edge).await?
+            }
+        };
+        let (ended, exec) = (answer.ended, answer.exec);
+        let response = encode(self.target.spec(), &decoded, answer);
+        self.took(Phase::Respond, ended);
+        let done = self.state.clock.now();
+        if done > self.arrival.saturating_add(slo) {
+            self.state.metrics.late_at_edge(&self.key);
+        }
+        let took = done.saturating_sub(self.arrival);
+        self.state.metrics.delivered(&self.key, took);
+        Ok(Delivered {
+            response,
+            took,
+            exec,
+        })
     }
 }
 
@@ -381,28 +432,13 @@ fn with_server_timing(
 /// The header [`with_server_timing`] writes.
 const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
 
-/// The response: JSON, or a JSON header followed by the binary outputs.
-fn encode(
-    entry: &Entry,
-    id: Option<String>,
-    inferred: &Inferred,
-    wanted: &[Wanted],
-    batched: Batch,
-    slo: Option<Nanos>,
-) -> HttpResponse {
-    let slo_ms = slo.unwrap_or(entry.spec.slo) as f64 / 1e6;
-    let parameters = Parameters::from_iter([
+/// A model's answer parameters: `emulated`, `late`, `batch_size`, `slo_ms`.
+fn parameters(spec: &ModelSpec, inferred: &Inferred, slo: Option<Nanos>) -> Parameters {
+    let slo_ms = slo.unwrap_or(spec.slo) as f64 / 1e6;
+    Parameters::from_iter([
         ("emulated".to_owned(), Value::Bool(inferred.emulated)),
         ("late".to_owned(), Value::Bool(inferred.late)),
         ("batch_size".to_owned(), inferred.timing.batch.into()),
         ("slo_ms".to_owned(), slo_ms.into()),
-    ]);
-    respond(
-        &entry.spec,
-        id,
-        &inferred.outputs,
-        wanted,
-        batched,
-        parameters,
-    )
+    ])
 }

@@ -24,6 +24,7 @@ mod codec;
 pub mod dashboard;
 mod edge;
 mod error;
+pub mod grpc;
 mod health;
 mod infer;
 mod metrics;

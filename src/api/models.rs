@@ -279,6 +279,52 @@ async fn pipeline_ready(
     Ok(())
 }
 
+/// The metadata of a model or pipeline, for every protocol.
+pub(super) fn describe(
+    state: &ApiState,
+    name: &str,
+    version: Option<&str>,
+) -> Result<ModelMetadata, ApiError> {
+    if let Some(served) = state.pipelines.get(name) {
+        return pipeline_metadata(&served, version);
+    }
+    // A pipeline the repository unloaded is known: unavailable, not unknown.
+    pipelines::refuse_unloaded(state, name)?;
+    let entry = state.models.find(name, version)?;
+    Ok(metadata_of(&entry.spec))
+}
+
+/// Whether a model or pipeline is servable, for every protocol: `Ok` if ready on some
+/// device (every stage's model, for a pipeline).
+pub(super) async fn check_ready(
+    state: &ApiState,
+    name: &str,
+    version: Option<&str>,
+) -> Result<(), ApiError> {
+    if let Some(served) = state.pipelines.get(name) {
+        return pipeline_ready(state, &served, version).await;
+    }
+    pipelines::refuse_unloaded(state, name)?;
+    let entry = state.models.ready(name, version)?;
+    servable(state, &entry).await
+}
+
+/// Triton's configuration of a model or pipeline, for every protocol (as its JSON form).
+pub(super) fn configuration(
+    state: &ApiState,
+    name: &str,
+    version: Option<&str>,
+) -> Result<serde_json::Value, ApiError> {
+    if let Some(served) = state.pipelines.get(name) {
+        return pipelines::config(&served, version, config_tensor);
+    }
+    // A pipeline the repository unloaded is known: unavailable, not unknown.
+    pipelines::refuse_unloaded(state, name)?;
+    let entry = state.models.find(name, version)?;
+    // Serialising plain data cannot fail; an empty object if it did.
+    Ok(serde_json::to_value(config_of(&entry.spec)).unwrap_or_default())
+}
+
 /// Metadata of a model.
 #[utoipa::path(tag = "models", responses(
     (status = 200, body = ModelMetadata),
@@ -290,13 +336,7 @@ pub(super) async fn metadata(
     state: web::Data<ApiState>,
     path: web::Path<String>,
 ) -> Result<web::Json<ModelMetadata>, ApiError> {
-    if let Some(served) = state.pipelines.get(&path) {
-        return Ok(web::Json(pipeline_metadata(&served, None)?));
-    }
-    // A pipeline the repository unloaded is known: unavailable, not unknown.
-    pipelines::refuse_unloaded(&state, &path)?;
-    let entry = state.models.find(&path, None)?;
-    Ok(web::Json(metadata_of(&entry.spec)))
+    Ok(web::Json(describe(&state, &path, None)?))
 }
 
 /// Metadata of a model version.
@@ -311,13 +351,7 @@ pub(super) async fn version_metadata(
     path: web::Path<(String, String)>,
 ) -> Result<web::Json<ModelMetadata>, ApiError> {
     let (model, version) = path.into_inner();
-    if let Some(served) = state.pipelines.get(&model) {
-        return Ok(web::Json(pipeline_metadata(&served, Some(&version))?));
-    }
-    // A pipeline the repository unloaded is known: unavailable, not unknown.
-    pipelines::refuse_unloaded(&state, &model)?;
-    let entry = state.models.find(&model, Some(&version))?;
-    Ok(web::Json(metadata_of(&entry.spec)))
+    Ok(web::Json(describe(&state, &model, Some(&version))?))
 }
 
 /// Whether the model is servable: admitted by the API (not unloaded) and ready on some
@@ -351,13 +385,7 @@ pub(super) async fn ready(
     state: web::Data<ApiState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    if let Some(served) = state.pipelines.get(&path) {
-        pipeline_ready(&state, &served, None).await?;
-        return Ok(HttpResponse::Ok().finish());
-    }
-    pipelines::refuse_unloaded(&state, &path)?;
-    let entry = state.models.ready(&path, None)?;
-    servable(&state, &entry).await?;
+    check_ready(&state, &path, None).await?;
     Ok(HttpResponse::Ok().finish())
 }
 
@@ -374,13 +402,7 @@ pub(super) async fn version_ready(
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let (model, version) = path.into_inner();
-    if let Some(served) = state.pipelines.get(&model) {
-        pipeline_ready(&state, &served, Some(&version)).await?;
-        return Ok(HttpResponse::Ok().finish());
-    }
-    pipelines::refuse_unloaded(&state, &model)?;
-    let entry = state.models.ready(&model, Some(&version))?;
-    servable(&state, &entry).await?;
+    check_ready(&state, &model, Some(&version)).await?;
     Ok(HttpResponse::Ok().finish())
 }
 
@@ -395,13 +417,7 @@ pub(super) async fn config(
     state: web::Data<ApiState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    if let Some(served) = state.pipelines.get(&path) {
-        return Ok(HttpResponse::Ok().json(pipelines::config(&served, None, config_tensor)?));
-    }
-    // A pipeline the repository unloaded is known: unavailable, not unknown.
-    pipelines::refuse_unloaded(&state, &path)?;
-    let entry = state.models.find(&path, None)?;
-    Ok(HttpResponse::Ok().json(config_of(&entry.spec)))
+    Ok(HttpResponse::Ok().json(configuration(&state, &path, None)?))
 }
 
 /// Triton model configuration of a model version.
@@ -416,17 +432,7 @@ pub(super) async fn version_config(
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let (model, version) = path.into_inner();
-    if let Some(served) = state.pipelines.get(&model) {
-        return Ok(HttpResponse::Ok().json(pipelines::config(
-            &served,
-            Some(&version),
-            config_tensor,
-        )?));
-    }
-    // A pipeline the repository unloaded is known: unavailable, not unknown.
-    pipelines::refuse_unloaded(&state, &model)?;
-    let entry = state.models.find(&model, Some(&version))?;
-    Ok(HttpResponse::Ok().json(config_of(&entry.spec)))
+    Ok(HttpResponse::Ok().json(configuration(&state, &model, Some(&version))?))
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use super::body::{respond, Called, Decoded};
+use super::body::Answer;
 use super::error::ApiError;
 use super::v2::Parameters;
 use super::ApiState;
@@ -21,6 +21,8 @@ use crate::outcome::Outcome;
 use crate::pipeline::run::Failure;
 use crate::pipeline::{FanOut, Pipeline};
 use crate::scheduler::{ActionError, Refusal};
+use crate::tensor::Tensor;
+use crate::time::Nanos;
 
 /// What Triton's ensembles call the platform.
 pub const ENSEMBLE: &str = "ensemble";
@@ -63,49 +65,43 @@ pub(super) fn refuse_unloaded(state: &ApiState, name: &str) -> Result<(), ApiErr
     Ok(())
 }
 
-/// A decoded request to a pipeline (`POST /v2/models/{pipeline}/infer`, through the same
-/// front end as a model's, `infer.rs`): one root request to its actor, the answer encoded.
+/// A decoded request to a pipeline (`POST /v2/models/{pipeline}/infer` or gRPC, through
+/// the same front end as a model's, `infer.rs`): one root request to its actor.
 pub(super) async fn call(
     state: &ApiState,
     served: &Served,
-    spec: &ModelSpec,
-    decoded: Decoded,
+    inputs: Vec<Tensor>,
+    items: u32,
+    slo: Option<Nanos>,
     edge: Edge,
-) -> Result<Called, ApiError> {
-    if decoded.batched.items > 1 {
+) -> Result<Answer, ApiError> {
+    if items > 1 {
         // Fan-out and joins are per root item; a batch of roots is not supported yet.
         return Err(ApiError::bad_input(format!(
-            "the request carries {} items; pipeline '{}' takes one item per request",
-            decoded.batched.items, served.pipeline.name
+            "the request carries {items} items; pipeline '{}' takes one item per request",
+            served.pipeline.name
         )));
     }
     let (reply, answer) = tokio::sync::oneshot::channel();
     served.actor.do_send(RunPipeline {
-        inputs: decoded.inputs,
-        slo: decoded.slo,
+        inputs,
+        slo,
         edge: Some(edge),
         reply,
     });
     let answer = answer.await.map_err(|_| InferError::ShuttingDown)?;
     let answer = answer.map_err(failure_error)?;
     let started = state.clock.now();
-    let slo = decoded.slo.unwrap_or(served.pipeline.slo);
+    let slo = slo.unwrap_or(served.pipeline.slo);
     let parameters = Parameters::from_iter([
         ("emulated".to_owned(), Value::Bool(answer.emulated)),
         ("late".to_owned(), Value::Bool(answer.late)),
         ("slo_ms".to_owned(), (slo as f64 / 1e6).into()),
         ("missing".to_owned(), json!(answer.missing)),
     ]);
-    let response = respond(
-        spec,
-        decoded.request.id.clone(),
-        &answer.outputs,
-        &decoded.outputs,
-        decoded.batched,
+    Ok(Answer {
+        outputs: answer.outputs,
         parameters,
-    );
-    Ok(Called {
-        response,
         ended: answer.answered.min(started),
         exec: None,
     })

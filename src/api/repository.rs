@@ -40,16 +40,20 @@ pub struct LoadRequest {
 impl LoadRequest {
     fn parse(body: &[u8]) -> Result<Self, ApiError> {
         let request: Self = optional_json(body)?;
-        if let Some(key) = request
-            .parameters
-            .keys()
-            .find(|k| *k == "config" || k.starts_with("file:"))
-        {
-            return Err(ApiError::bad_input(format!(
-                "parameter '{key}' is not supported: models are loaded from the repository as stored"
-            )));
-        }
+        refuse_overrides(request.parameters.keys().map(String::as_str))?;
         Ok(request)
+    }
+}
+
+/// Refuses Triton's `config` and `file:` load parameters, for every protocol.
+pub(super) fn refuse_overrides<'a>(
+    mut keys: impl Iterator<Item = &'a str>,
+) -> Result<(), ApiError> {
+    match keys.find(|k| *k == "config" || k.starts_with("file:")) {
+        Some(key) => Err(ApiError::bad_input(format!(
+            "parameter '{key}' is not supported: models are loaded from the repository as stored"
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -82,6 +86,12 @@ pub(super) async fn index(
     body: web::Bytes,
 ) -> Result<web::Json<Vec<IndexEntry>>, ApiError> {
     let request: IndexRequest = optional_json(&body)?;
+    Ok(web::Json(entries(&state, request.ready)))
+}
+
+/// The repository index, only the models ready (or not) if `ready` says so, for every
+/// protocol.
+pub(super) fn entries(state: &ApiState, ready: Option<bool>) -> Vec<IndexEntry> {
     let mut entries: Vec<IndexEntry> = state
         .models
         .entries()
@@ -115,12 +125,8 @@ pub(super) async fn index(
                 reason,
             }),
     );
-    entries.retain(|e| {
-        request
-            .ready
-            .is_none_or(|ready| (e.state == "READY") == ready)
-    });
-    Ok(web::Json(entries))
+    entries.retain(|e| ready.is_none_or(|ready| (e.state == "READY") == ready));
+    entries
 }
 
 /// Makes a model available: again if it is registered, else registers it from the
@@ -138,17 +144,21 @@ pub(super) async fn load(
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     LoadRequest::parse(&body)?;
-    let name = path.into_inner();
+    load_model(&state, path.into_inner()).await?;
+    Ok(HttpResponse::Ok().finish())
+}
+
+/// Loads a model or pipeline (parameters already checked), for every protocol.
+pub(super) async fn load_model(state: &ApiState, name: String) -> Result<(), ApiError> {
     if let Ok(entry) = state.models.find(&name, None) {
         entry.set_available(true);
         tracing::info!(model = %name, "model loaded (admitting requests)");
-        return Ok(HttpResponse::Ok().finish());
+        return Ok(());
     }
-    if state.pipelines.get(&name).is_some() || serve_pipeline(&state, &name)? {
-        return Ok(HttpResponse::Ok().finish());
+    if state.pipelines.get(&name).is_some() || serve_pipeline(state, &name)? {
+        return Ok(());
     }
-    register(&state, name).await?;
-    Ok(HttpResponse::Ok().finish())
+    register(state, name).await
 }
 
 /// Registers model `name` from the repository (one at a time: a model is read and
@@ -242,12 +252,18 @@ pub(super) async fn unload(
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     LoadRequest::parse(&body)?;
-    // A pipeline stops being served; its root requests in flight still get their answers.
-    if state.pipelines.remove(&path) {
-        tracing::info!(pipeline = %path, "pipeline unloaded");
-        return Ok(HttpResponse::Ok().finish());
-    }
-    state.models.find(&path, None)?.set_available(false);
-    tracing::info!(model = %path, "model unloaded (refusing requests)");
+    unload_model(&state, &path)?;
     Ok(HttpResponse::Ok().finish())
+}
+
+/// Unloads a model or pipeline (parameters already checked), for every protocol.
+pub(super) fn unload_model(state: &ApiState, name: &str) -> Result<(), ApiError> {
+    // A pipeline stops being served; its root requests in flight still get their answers.
+    if state.pipelines.remove(name) {
+        tracing::info!(pipeline = %name, "pipeline unloaded");
+        return Ok(());
+    }
+    state.models.find(name, None)?.set_available(false);
+    tracing::info!(model = %name, "model unloaded (refusing requests)");
+    Ok(())
 }

@@ -92,6 +92,9 @@ impl Default for RepositoryConfig {
 pub struct ServerConfig {
     /// Address the API listens on; port 0 picks a free port.
     pub listen: String,
+    /// Address the gRPC API (`inference.GRPCInferenceService`) listens on; absent: no
+    /// gRPC. Triton's clients default to the port after the HTTP one.
+    pub grpc_listen: Option<String>,
     /// How long shutdown waits for in-flight requests; those still unanswered then are
     /// answered `shutting_down`.
     #[serde(with = "humantime_serde")]
@@ -129,6 +132,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             listen: "127.0.0.1:8000".into(),
+            grpc_listen: None,
             shutdown_grace: Duration::from_secs(10),
             watchdog_grace: Duration::from_millis(100),
             max_body_bytes: 32 << 20,

@@ -36,6 +36,8 @@ pub struct TestServer {
     pub base: String,
     pub client: awc::Client,
     pub runtime: Runtime,
+    /// The API's state, for serving the gRPC API beside the HTTP one.
+    pub state: ApiState,
     handle: ServerHandle,
 }
 
@@ -81,7 +83,8 @@ pub async fn start_with(config: &str, models: Vec<ModelSpec>, settings: ApiSetti
         .start()
         .expect("start");
     let state = ApiState::new(&runtime, settings).expect("api state");
-    let server = HttpServer::new(move || api::app(state.clone()))
+    let served = state.clone();
+    let server = HttpServer::new(move || api::app(served.clone()))
         .workers(2)
         .disable_signals()
         .bind("127.0.0.1:0")
@@ -97,6 +100,7 @@ pub async fn start_with(config: &str, models: Vec<ModelSpec>, settings: ApiSetti
         base: format!("http://{address}"),
         client,
         runtime,
+        state,
         handle,
     }
 }

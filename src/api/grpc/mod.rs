@@ -1,0 +1,64 @@
+//! The gRPC API: the Open Inference Protocol's `inference.GRPCInferenceService` with
+//! Triton's model configuration and repository calls, served with tonic on its own port
+//! (`[server] grpc_listen`) over the same state and functions as the HTTP API.
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `proto.rs` | the code generated from `proto/grpc_service.proto` (messages, server, client) |
+//! | `service.rs` | each call, translated to the HTTP route's function and back |
+//! | `infer.rs` | `ModelInfer` through the HTTP route's edge path (`api::infer::Front`) |
+//! | `tensors.rs` | protobuf tensors and parameters to the runtime's and back |
+//! | `config.rs` | Triton's model configuration as a message |
+//! | `status.rs` | the one table from an error's outcome to a gRPC code |
+
+// tonic's handlers and interceptors answer `Result<_, tonic::Status>`, a large error by
+// tonic's design, not ours.
+#![allow(clippy::result_large_err)]
+
+mod config;
+mod infer;
+pub mod proto;
+mod service;
+pub mod status;
+mod tensors;
+
+use std::future::Future;
+
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::StreamExt as _;
+use tonic::service::interceptor::InterceptedService;
+
+use super::edge::Arrival;
+use super::ApiState;
+use proto::grpc_inference_service_server::GrpcInferenceServiceServer;
+use service::GrpcApi;
+
+/// Serves the gRPC API on `listener` until `shutdown` completes (calls in flight are
+/// answered first). Any tokio runtime will do: the calls reach the actors by address.
+pub async fn serve(
+    state: ApiState,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    let clock = state.clock;
+    let limit = state.settings.max_body_bytes;
+    let service = GrpcInferenceServiceServer::new(GrpcApi { state })
+        .max_decoding_message_size(limit)
+        .max_encoding_message_size(limit);
+    // Runs on the call's head, before its message is read: where its time starts, as the
+    // HTTP middleware (`edge::stamp`) does.
+    let service = InterceptedService::new(service, move |mut request: tonic::Request<()>| {
+        request.extensions_mut().insert(Arrival(clock.now()));
+        Ok(request)
+    });
+    // Small answers must leave at once: no Nagle delay on any connection.
+    let incoming = TcpListenerStream::new(listener).map(|stream| {
+        let stream = stream?;
+        stream.set_nodelay(true)?;
+        Ok::<_, std::io::Error>(stream)
+    });
+    tonic::transport::Server::builder()
+        .add_service(service)
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+}

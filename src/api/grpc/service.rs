@@ -1,0 +1,148 @@
+//! `inference.GRPCInferenceService`: each call translated to the function the HTTP route
+//! calls (`health.rs`, `models.rs`, `repository.rs`, `infer.rs`) and its answer back.
+
+use tonic::{Request, Response, Status};
+
+use super::super::error::ApiError;
+use super::super::{health, models, repository, ApiState};
+use super::proto::grpc_inference_service_server::GrpcInferenceService;
+use super::proto::model_metadata_response::TensorMetadata;
+use super::proto::repository_index_response::ModelIndex;
+use super::proto::*;
+use super::status::status;
+use super::{config, infer};
+use crate::outcome::Outcome;
+
+/// The service over the API's state.
+pub struct GrpcApi {
+    /// What every HTTP handler reaches too.
+    pub state: ApiState,
+}
+
+type Answer<T> = Result<Response<T>, Status>;
+
+/// The protocol's empty version: the one the server serves.
+fn version(v: &str) -> Option<&str> {
+    Some(v).filter(|v| !v.is_empty())
+}
+
+fn answer<T>(result: Result<T, ApiError>) -> Answer<T> {
+    result.map(Response::new).map_err(|e| status(&e))
+}
+
+#[tonic::async_trait]
+impl GrpcInferenceService for GrpcApi {
+    async fn server_live(&self, _: Request<ServerLiveRequest>) -> Answer<ServerLiveResponse> {
+        Ok(Response::new(ServerLiveResponse { live: true }))
+    }
+
+    async fn server_ready(&self, _: Request<ServerReadyRequest>) -> Answer<ServerReadyResponse> {
+        let ready = health::admitting(&self.state).await;
+        Ok(Response::new(ServerReadyResponse { ready }))
+    }
+
+    /// Not ready (rather than an error) for a model that is known but not servable now;
+    /// an unknown model or version is NOT_FOUND.
+    async fn model_ready(&self, request: Request<ModelReadyRequest>) -> Answer<ModelReadyResponse> {
+        let r = request.into_inner();
+        let checked = models::check_ready(&self.state, &r.name, version(&r.version)).await;
+        match checked {
+            Ok(()) => Ok(Response::new(ModelReadyResponse { ready: true })),
+            Err(e) if matches!(e.kind(), Outcome::UnknownModel | Outcome::UnknownVersion) => {
+                Err(status(&e))
+            }
+            Err(_) => Ok(Response::new(ModelReadyResponse { ready: false })),
+        }
+    }
+
+    async fn server_metadata(
+        &self,
+        _: Request<ServerMetadataRequest>,
+    ) -> Answer<ServerMetadataResponse> {
+        let server = health::identity();
+        Ok(Response::new(ServerMetadataResponse {
+            name: server.name,
+            version: server.version,
+            extensions: server.extensions,
+        }))
+    }
+
+    async fn model_metadata(
+        &self,
+        request: Request<ModelMetadataRequest>,
+    ) -> Answer<ModelMetadataResponse> {
+        let r = request.into_inner();
+        let tensor = |t: models::TensorMetadata| TensorMetadata {
+            name: t.name,
+            datatype: t.datatype,
+            shape: t.shape,
+        };
+        answer(
+            models::describe(&self.state, &r.name, version(&r.version)).map(|m| {
+                ModelMetadataResponse {
+                    name: m.name,
+                    versions: m.versions,
+                    platform: m.platform,
+                    inputs: m.inputs.into_iter().map(tensor).collect(),
+                    outputs: m.outputs.into_iter().map(tensor).collect(),
+                }
+            }),
+        )
+    }
+
+    async fn model_infer(&self, request: Request<ModelInferRequest>) -> Answer<ModelInferResponse> {
+        infer::infer(&self.state, request).await
+    }
+
+    async fn model_config(
+        &self,
+        request: Request<ModelConfigRequest>,
+    ) -> Answer<ModelConfigResponse> {
+        let r = request.into_inner();
+        let json = models::configuration(&self.state, &r.name, version(&r.version));
+        answer(json.map(|c| ModelConfigResponse {
+            config: Some(config::from_json(&c)),
+        }))
+    }
+
+    /// `ready`: only the models ready; otherwise every model.
+    async fn repository_index(
+        &self,
+        request: Request<RepositoryIndexRequest>,
+    ) -> Answer<RepositoryIndexResponse> {
+        let ready = request.into_inner().ready.then_some(true);
+        let models = repository::entries(&self.state, ready)
+            .into_iter()
+            .map(|e| ModelIndex {
+                name: e.name,
+                version: e.version,
+                state: e.state,
+                reason: e.reason,
+            });
+        Ok(Response::new(RepositoryIndexResponse {
+            models: models.collect(),
+        }))
+    }
+
+    async fn repository_model_load(
+        &self,
+        request: Request<RepositoryModelLoadRequest>,
+    ) -> Answer<RepositoryModelLoadResponse> {
+        let r = request.into_inner();
+        let loaded = async {
+            repository::refuse_overrides(r.parameters.keys().map(String::as_str))?;
+            repository::load_model(&self.state, r.model_name).await
+        };
+        answer(loaded.await.map(|()| RepositoryModelLoadResponse {}))
+    }
+
+    async fn repository_model_unload(
+        &self,
+        request: Request<RepositoryModelUnloadRequest>,
+    ) -> Answer<RepositoryModelUnloadResponse> {
+        let r = request.into_inner();
+        let unloaded = repository::refuse_overrides(r.parameters.keys().map(String::as_str))
+            .and_then(|()| repository::unload_model(&self.state, &r.model_name));
+        answer(unloaded.map(|()| RepositoryModelUnloadResponse {}))
+    }
+}

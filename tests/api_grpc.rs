@@ -1,0 +1,295 @@
+//! The gRPC API over a real connection, beside the real HTTP server on port 0, with a
+//! tonic client generated from the same .proto: metadata, readiness and config, inference
+//! with raw and typed contents (equal to each other and to HTTP's answer), errors as
+//! codes with the outcome named, repository load/unload, the same metrics.
+
+mod api_support;
+mod cpu_support;
+
+use api_support::{mlp_request, start_default, start_with, TestServer};
+use clockwork::api::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
+use clockwork::api::grpc::proto::model_config::SchedulingChoice;
+use clockwork::api::grpc::proto::model_infer_request::InferInputTensor;
+use clockwork::api::grpc::proto::*;
+use clockwork::api::grpc::status::ERROR_TYPE;
+use clockwork::api::ApiSettings;
+use clockwork::repository::zoo;
+use cpu_support::{config, values, TempDir};
+use serde_json::Value;
+use tonic::transport::Channel;
+use tonic::Code;
+
+type Client = GrpcInferenceServiceClient<Channel>;
+
+/// Serves the gRPC API of `server` on a free port; a client connected to it.
+async fn grpc(server: &TestServer) -> Client {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let state = server.state.clone();
+    actix_web::rt::spawn(clockwork::api::grpc::serve(
+        state,
+        listener,
+        std::future::pending(),
+    ));
+    let url = format!("http://{address}");
+    Client::connect(url).await.expect("connect")
+}
+
+fn input(name: &str, datatype: &str, shape: &[i64]) -> InferInputTensor {
+    InferInputTensor {
+        name: name.into(),
+        datatype: datatype.into(),
+        shape: shape.to_vec(),
+        ..Default::default()
+    }
+}
+
+/// `mlp` with one item of `values`, as raw bytes or typed contents.
+fn mlp(values: &[f32], raw: bool) -> ModelInferRequest {
+    let mut tensor = input("input", "FP32", &[1, 64]);
+    let mut request = ModelInferRequest {
+        model_name: "mlp".into(),
+        id: "g-1".into(),
+        ..Default::default()
+    };
+    if raw {
+        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        request.raw_input_contents.push(bytes);
+    } else {
+        tensor.contents = Some(InferTensorContents {
+            fp32_contents: values.to_vec(),
+            ..Default::default()
+        });
+    }
+    request.inputs.push(tensor);
+    request
+}
+
+fn floats(raw: &[u8]) -> Vec<f32> {
+    let chunks = raw.chunks_exact(4);
+    chunks
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// The code of a failed call and the outcome it names; panics on success.
+fn failure<T: std::fmt::Debug>(result: Result<T, tonic::Status>) -> (Code, String, String) {
+    let status = result.expect_err("the call should fail");
+    let kind = status
+        .metadata()
+        .get(ERROR_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let kind = kind.unwrap_or_default().to_owned();
+    (status.code(), kind, status.message().to_owned())
+}
+
+#[actix_web::test]
+async fn metadata_readiness_and_config() {
+    let server = start_default().await;
+    let mut client = grpc(&server).await;
+    let live = client
+        .server_live(ServerLiveRequest {})
+        .await
+        .expect("live");
+    assert!(live.into_inner().live);
+    let ready = client
+        .server_ready(ServerReadyRequest {})
+        .await
+        .expect("ready");
+    assert!(ready.into_inner().ready);
+    let server_metadata = client.server_metadata(ServerMetadataRequest {}).await;
+    let server_metadata = server_metadata.expect("server metadata").into_inner();
+    assert_eq!(server_metadata.name, "clockwork");
+    assert!(server_metadata
+        .extensions
+        .contains(&"model_repository".to_owned()));
+    let ask = |version: &str| ModelMetadataRequest {
+        name: "mlp".into(),
+        version: version.into(),
+    };
+    let metadata = client.model_metadata(ask("")).await.expect("metadata");
+    let metadata = metadata.into_inner();
+    assert_eq!(
+        (metadata.versions, metadata.inputs[0].shape.clone()),
+        (vec!["1".to_owned()], vec![-1, 64])
+    );
+    let (code, kind, _) = failure(client.model_metadata(ask("7")).await);
+    assert_eq!((code, kind.as_str()), (Code::NotFound, "unknown_version"));
+    let ready = |name: &str| ModelReadyRequest {
+        name: name.into(),
+        version: String::new(),
+    };
+    let mlp_ready = client.model_ready(ready("mlp")).await.expect("ready");
+    assert!(mlp_ready.into_inner().ready);
+    let (code, _, _) = failure(client.model_ready(ready("nope")).await);
+    assert_eq!(code, Code::NotFound);
+    let config = client
+        .model_config(ModelConfigRequest {
+            name: "mlp".into(),
+            version: String::new(),
+        })
+        .await
+        .expect("config")
+        .into_inner()
+        .config
+        .expect("a config");
+    assert_eq!(
+        (config.max_batch_size, config.input[0].dims.clone()),
+        (8, vec![64]),
+        "mlp-small's largest batch, the most items one request may carry"
+    );
+    assert_eq!(config.input[0].data_type, DataType::TypeFp32 as i32);
+    assert!(matches!(
+        config.scheduling_choice,
+        Some(SchedulingChoice::DynamicBatching(_))
+    ));
+    assert_eq!(config.parameters["slo_ms"].string_value, "100");
+    server.stop().await;
+}
+
+#[actix_web::test]
+async fn raw_and_typed_contents_answer_as_http_does() {
+    let server = start_default().await;
+    let mut client = grpc(&server).await;
+    let values: Vec<f32> = (0..64).map(|i| i as f32 / 64.0).collect();
+    let raw = client.model_infer(mlp(&values, true)).await.expect("raw");
+    let timing = raw
+        .metadata()
+        .get("server-timing")
+        .and_then(|v| v.to_str().ok());
+    assert!(
+        timing.is_some_and(|t| t.starts_with("edge;dur=")),
+        "{timing:?}"
+    );
+    let raw = raw.into_inner();
+    let typed = client
+        .model_infer(mlp(&values, false))
+        .await
+        .expect("typed");
+    let typed = typed.into_inner();
+    assert_eq!(raw.id, "g-1");
+    assert_eq!(raw.outputs[0].shape, vec![1, 10]);
+    assert_eq!(raw.outputs[0].datatype, "FP32");
+    let emulated = raw.parameters["emulated"].parameter_choice.clone();
+    assert_eq!(
+        emulated,
+        Some(infer_parameter::ParameterChoice::BoolParam(true))
+    );
+    assert_eq!(raw.raw_output_contents, typed.raw_output_contents);
+    // The same item over HTTP (JSON) gets the same outputs.
+    let mut request = mlp_request(0.0);
+    request["inputs"][0]["data"] = values.iter().map(|&v| Value::from(v)).collect();
+    let (status, answer) = server.post_json("/v2/models/mlp/infer", &request).await;
+    assert_eq!(status, 200, "{answer}");
+    let http: Vec<f32> = answer["outputs"][0]["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .map(|v| v.as_f64().unwrap_or(f64::NAN) as f32)
+        .collect();
+    assert_eq!(floats(&raw.raw_output_contents[0]), http);
+    server.stop().await;
+}
+
+#[actix_web::test]
+async fn errors_are_codes_that_name_their_outcome() {
+    let server = start_default().await;
+    let mut client = grpc(&server).await;
+    let values = vec![0.5; 64];
+    let mut unknown = mlp(&values, true);
+    unknown.model_name = "nope".into();
+    let (code, kind, message) = failure(client.model_infer(unknown).await);
+    assert_eq!(
+        (code, kind.as_str()),
+        (Code::NotFound, "unknown_model"),
+        "{message}"
+    );
+    let mut short = mlp(&values, true);
+    short.raw_input_contents[0].truncate(8);
+    let (code, kind, _) = failure(client.model_infer(short).await);
+    assert_eq!((code, kind.as_str()), (Code::InvalidArgument, "bad_input"));
+    // A typed value out of its datatype's range; and FP16, which has no typed field.
+    let mut small = input("small", "UINT8", &[2, 2]);
+    small.contents = Some(InferTensorContents {
+        uint_contents: vec![1, 2, 3, 256],
+        ..Default::default()
+    });
+    let typed = |tensor: InferInputTensor| ModelInferRequest {
+        model_name: "typed".into(),
+        inputs: vec![tensor],
+        ..Default::default()
+    };
+    let (code, _, message) = failure(client.model_infer(typed(small)).await);
+    assert_eq!(code, Code::InvalidArgument);
+    assert!(message.contains("256"), "{message}");
+    let mut halves = input("halves", "FP16", &[2]);
+    halves.contents = Some(InferTensorContents::default());
+    let (code, _, message) = failure(client.model_infer(typed(halves)).await);
+    assert!(
+        code == Code::InvalidArgument && message.contains("raw_input_contents"),
+        "{message}"
+    );
+    // The same errors are counted as HTTP's are.
+    let (_, metrics) = server.get("/metrics").await;
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert!(metrics.contains("outcome=\"unknown_model\""), "{metrics}");
+    server.stop().await;
+}
+
+#[actix_web::test]
+async fn repository_unload_and_load() {
+    let server = start_default().await;
+    let mut client = grpc(&server).await;
+    let name = |model: &str| RepositoryModelUnloadRequest {
+        model_name: model.into(),
+        ..Default::default()
+    };
+    client
+        .repository_model_unload(name("mlp"))
+        .await
+        .expect("unload");
+    let ready = ModelReadyRequest {
+        name: "mlp".into(),
+        version: String::new(),
+    };
+    let answer = client.model_ready(ready.clone()).await.expect("ready");
+    assert!(!answer.into_inner().ready);
+    let (code, kind, _) = failure(client.model_infer(mlp(&[0.0; 64], true)).await);
+    assert_eq!(
+        (code, kind.as_str()),
+        (Code::Unavailable, "model_unavailable")
+    );
+    let index = client
+        .repository_index(RepositoryIndexRequest::default())
+        .await
+        .expect("index")
+        .into_inner();
+    let mlp_state = index
+        .models
+        .iter()
+        .find(|m| m.name == "mlp")
+        .map(|m| m.state.as_str());
+    assert_eq!(mlp_state, Some("UNAVAILABLE"));
+    let load = RepositoryModelLoadRequest {
+        model_name: "mlp".into(),
+        ..Default::default()
+    };
+    client.repository_model_load(load).await.expect("load");
+    assert!(
+        client
+            .model_ready(ready)
+            .await
+            .expect("ready")
+            .into_inner()
+            .ready
+    );
+    let (code, _, _) = failure(client.repository_model_unload(name("nope")).await);
+    assert_eq!(code, Code::NotFound);
+    client
+        .model_infer(mlp(&[0.0; 64], true))
+        .await
+        .expect("served again");
+    server.stop().await;
+}
