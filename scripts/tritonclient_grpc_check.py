@@ -5,7 +5,8 @@ Usage: python tritonclient_grpc_check.py GRPC_HOST:PORT HTTP_HOST:PORT
 Checks over gRPC what tritonclient_check.py checks over HTTP: health, server and model
 metadata, the model config, inference (the client's raw tensors, and typed contents sent
 by hand), errors as gRPC codes, repository load/unload, a pipeline's ensemble config and
-inference; and that a real model answers the same over both protocols. Exits non-zero
+inference; and that a real model answers the same over both protocols, a batch of n items
+in one gRPC request included. Exits non-zero
 with a message on the first failure.
 """
 
@@ -102,6 +103,17 @@ def check_real_model(client, http):
     same = http.infer("cnn", [via_http], parameters=slack).as_numpy("output")
     assert abs(float(scores.sum()) - 1.0) < 1e-4, scores
     assert np.array_equal(scores, same), (scores, same)
+    # A batch of 3 items in one gRPC request: row i is what item i alone gets over HTTP.
+    batch = np.random.default_rng(2).random((3, 3, 32, 32), dtype=np.float32)
+    many = grpcclient.InferInput("input", [3, 3, 32, 32], "FP32")
+    many.set_data_from_numpy(batch)
+    rows = client.infer("cnn", [many], parameters=slack).as_numpy("output")
+    assert rows.shape == (3, 10), rows.shape
+    for i in range(3):
+        one = httpclient.InferInput("input", [1, 3, 32, 32], "FP32")
+        one.set_data_from_numpy(batch[i:i + 1], binary_data=True)
+        alone = http.infer("cnn", [one], parameters=slack).as_numpy("output")
+        assert np.allclose(rows[i], alone[0], rtol=1e-4, atol=1e-5), (i, rows[i], alone)
 
 
 def main():
@@ -126,7 +138,7 @@ def main():
     check_real_model(client, http)
     check_pipeline(client)
     print("tritonclient gRPC check passed: health, metadata, config, raw and typed inference,"
-          " error codes, load/unload, a pipeline, cpu answers equal to HTTP's")
+          " error codes, load/unload, a pipeline, cpu answers equal to HTTP's (a batch of 3 too)")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 //! The gRPC API over a real connection, beside the real HTTP server on port 0, with a
 //! tonic client generated from the same .proto: metadata, readiness and config, inference
 //! with raw and typed contents (equal to each other and to HTTP's answer), errors as
-//! codes with the outcome named, repository load/unload, the same metrics.
+//! codes with the outcome named, repository load/unload, the same metrics; a request of
+//! `n` items (a leading batch dimension, raw or typed) answered `[n, ...]` with the rows of
+//! `n` one-item requests, and its items checked by the HTTP path's rules.
 
 mod api_support;
 mod cpu_support;
@@ -291,5 +293,92 @@ async fn repository_unload_and_load() {
         .model_infer(mlp(&[0.0; 64], true))
         .await
         .expect("served again");
+    server.stop().await;
+}
+
+/// The cpu zoo's `mlp` (256 values an item, largest batch 16) with `items` of `values`,
+/// raw or typed.
+fn cpu_mlp(items: usize, values: &[f32], raw: bool) -> ModelInferRequest {
+    let mut request = mlp(values, raw);
+    request.inputs[0].shape = vec![items as i64, CPU_WIDTH as i64];
+    request
+}
+
+/// The cpu zoo's `mlp`'s item width.
+const CPU_WIDTH: usize = 256;
+
+/// Rows computed in different batch sizes may differ in the last bits.
+fn assert_rows_near(got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(want) {
+        assert!((g - w).abs() <= 1e-5 + 1e-4 * w.abs(), "{g} vs {w}");
+    }
+}
+
+#[actix_web::test]
+async fn a_batch_of_items_answers_what_single_items_do_row_by_row() {
+    let root = TempDir::new("api-grpc-batch");
+    zoo::write_missing(root.path()).expect("zoo");
+    let text = config(root.path(), 1, 64, 16 << 20)
+        .replace("[repository]", "[repository]\nload_all = true");
+    let server = start_with(&text, Vec::new(), ApiSettings::default()).await;
+    let mut client = grpc(&server).await;
+    let input = values(4 * CPU_WIDTH, 5);
+    let mut want = Vec::new();
+    for item in input.chunks(CPU_WIDTH) {
+        let one = client.model_infer(cpu_mlp(1, item, true)).await;
+        let one = one.expect("one item").into_inner();
+        want.extend(floats(&one.raw_output_contents[0]));
+    }
+    let row = want.len() / 4;
+    // 4 items raw, 3 typed: each answered [n, row], row i as item i alone.
+    for (n, raw) in [(4, true), (3, false)] {
+        let batch = client
+            .model_infer(cpu_mlp(n, &input[..n * CPU_WIDTH], raw))
+            .await;
+        let batch = batch.expect("a batch").into_inner();
+        assert_eq!(batch.outputs[0].shape, vec![n as i64, row as i64]);
+        assert_rows_near(&floats(&batch.raw_output_contents[0]), &want[..n * row]);
+    }
+    // Data for fewer items than the batch dimension names; more items than the largest batch.
+    let short = cpu_mlp(4, &input[..3 * CPU_WIDTH], false);
+    let (code, _, message) = failure(client.model_infer(short).await);
+    assert_eq!(code, Code::InvalidArgument, "{message}");
+    let many = values(17 * CPU_WIDTH, 3);
+    let (code, kind, message) = failure(client.model_infer(cpu_mlp(17, &many, true)).await);
+    assert_eq!((code, kind.as_str()), (Code::InvalidArgument, "bad_input"));
+    assert!(message.contains("17 items"), "{message}");
+    server.stop().await;
+}
+
+#[actix_web::test]
+async fn inputs_must_agree_on_their_number_of_items() {
+    let server = start_default().await;
+    let mut client = grpc(&server).await;
+    let tensor = |name: &str, datatype: &str, shape: &[i64], c: InferTensorContents| {
+        let mut t = input(name, datatype, shape);
+        t.contents = Some(c);
+        t
+    };
+    let ints = |n: usize| InferTensorContents {
+        int64_contents: vec![1; 2 * n],
+        ..Default::default()
+    };
+    let flags = |n: usize| InferTensorContents {
+        bool_contents: vec![true; 3 * n],
+        ..Default::default()
+    };
+    let request = |inputs| ModelInferRequest {
+        model_name: "typed".into(),
+        inputs,
+        ..Default::default()
+    };
+    let mixed = vec![
+        tensor("ints", "INT64", &[2, 2], ints(2)),
+        tensor("flags", "BOOL", &[3, 3], flags(3)),
+    ];
+    let (code, kind, message) = failure(client.model_infer(request(mixed)).await);
+    assert_eq!((code, kind.as_str()), (Code::InvalidArgument, "bad_input"));
+    assert!(message.contains("same number of items"), "{message}");
     server.stop().await;
 }
