@@ -24,10 +24,14 @@ impl RuntimeBuilder {
         let settings = super::ControllerSettings {
             watchdog_grace: nanos(config.server.watchdog_grace),
             shutdown_grace: nanos(config.server.shutdown_grace),
+            wait_for_devices: config.cluster.wait_for_devices,
         };
         let mut builder = Self::new(clock, config.policy.clone())
             .runtime(config.runtime.clone())
             .controller_settings(settings);
+        if config.cluster.listen.is_some() {
+            builder = builder.open_to_workers();
+        }
         let cores = core_plan(config);
         let mut cpu_devices = 0;
         let mut cpu_groups = 0;

@@ -30,7 +30,7 @@ pub mod registry;
 mod runtime;
 pub mod watchdog;
 
-pub use controller::{Controller, ControllerParts, ControllerSettings};
+pub use controller::{Controller, ControllerParts, ControllerSettings, Join, JoiningDevice, Leave};
 pub use executor::{Executor, ExecutorLinks};
 pub use model_cache::ModelCache;
 pub use registry::{ModelTable, Registered};

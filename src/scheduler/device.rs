@@ -110,6 +110,8 @@ pub struct DeviceMirror {
     /// An action on it went unreported past the watchdog's deadline: no new work until it
     /// reports again.
     pub suspect: bool,
+    /// Taken out for good (its worker was lost): suspect forever, no memory.
+    pub gone: bool,
 }
 
 impl DeviceMirror {
@@ -125,6 +127,7 @@ impl DeviceMirror {
             load_retry_at: 0,
             load_blocked_by_flight: false,
             suspect: false,
+            gone: false,
         }
     }
 

@@ -48,6 +48,8 @@ struct Device {
     load_until: Nanos,
     /// The watchdog found an action on it overdue: nothing new goes to it.
     suspect: bool,
+    /// Taken out for good (its worker was lost).
+    gone: bool,
 }
 
 impl Device {
@@ -392,7 +394,63 @@ impl Policy for ReactivePolicy {
     }
 
     fn set_suspect(&mut self, device: DeviceId, suspect: bool) {
-        self.devices[device.0 as usize].suspect = suspect;
+        let d = &mut self.devices[device.0 as usize];
+        d.suspect = suspect || d.gone;
+    }
+
+    fn set_allowed(&mut self, model: ModelId, device: DeviceId, allowed: bool) {
+        let devices = self.devices.len();
+        self.models[model.0 as usize]
+            .info
+            .set_allowed(device, allowed, devices);
+    }
+
+    fn remove_device(&mut self, device: DeviceId, _now: Nanos, _plan: &mut Plan) {
+        let d = &mut self.devices[device.0 as usize];
+        if d.gone {
+            return;
+        }
+        let mut orphans: Vec<ModelId> = d.residents.keys().copied().collect();
+        *d = Device {
+            suspect: true,
+            gone: true,
+            ..Device::default()
+        };
+        let mut lost: Vec<ActionId> = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| f.0 == device)
+            .map(|(&id, _)| id)
+            .collect();
+        lost.sort_unstable();
+        for action in lost {
+            let Some((_, model, work)) = self.in_flight.remove(&action) else {
+                continue;
+            };
+            let m = &mut self.models[model.0 as usize];
+            match work {
+                // The baseline never refuses: its requests go back to the front, to be
+                // served elsewhere (late, if it must).
+                Work::Infer(taken) => {
+                    self.queued += taken.len();
+                    for waiting in taken.into_iter().rev() {
+                        m.queue.push_front(waiting);
+                    }
+                }
+                Work::Load => m.loading = false,
+                Work::Unload => {}
+            }
+            orphans.push(model);
+        }
+        // Models it held with requests waiting need a load elsewhere.
+        orphans.sort_unstable();
+        orphans.dedup();
+        for model in orphans {
+            let m = &self.models[model.0 as usize];
+            if !m.queue.is_empty() && !m.loading && !self.misses.contains(&model) {
+                self.misses.push_back(model);
+            }
+        }
     }
 
     fn next_wakeup(&self, _now: Nanos) -> Option<Nanos> {
@@ -414,6 +472,7 @@ impl Policy for ReactivePolicy {
                     exec_free_at: Device::free_at(d.exec_busy, d.exec_until, now),
                     load_free_at: Device::free_at(d.load_busy, d.load_until, now),
                     suspect: d.suspect,
+                    gone: d.gone,
                 })
                 .collect(),
             ready_replicas: self.ready_replicas(),

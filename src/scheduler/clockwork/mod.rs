@@ -338,7 +338,7 @@ impl Policy for ClockworkPolicy {
 
     fn set_suspect(&mut self, device: DeviceId, suspect: bool) {
         let d = &mut self.devices[device.0 as usize];
-        if d.suspect == suspect {
+        if d.suspect == suspect || d.gone {
             return;
         }
         d.suspect = suspect;
@@ -355,6 +355,44 @@ impl Policy for ClockworkPolicy {
             self.rerank(model);
             self.queue_changed(model, None);
         }
+    }
+
+    fn set_allowed(&mut self, model: ModelId, device: DeviceId, allowed: bool) {
+        let devices = self.devices.len();
+        self.models[model.0 as usize]
+            .info
+            .set_allowed(device, allowed, devices);
+        self.rerank(model);
+    }
+
+    fn remove_device(&mut self, device: DeviceId, now: Nanos, plan: &mut Plan) {
+        self.now = self.now.max(now);
+        if self.devices[device.0 as usize].gone {
+            return;
+        }
+        self.set_suspect(device, true);
+        self.devices[device.0 as usize].gone = true;
+        let mut lost: Vec<ActionId> = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| f.device == device)
+            .map(|(&id, _)| id)
+            .collect();
+        lost.sort_unstable();
+        for action in lost {
+            let result = Err(ActionError::Overdue);
+            self.observe(Outcome { action, result }, now, plan);
+        }
+        let resident: Vec<ModelId> = self.devices[device.0 as usize]
+            .residents
+            .keys()
+            .copied()
+            .collect();
+        for model in resident {
+            self.forget_residency(device, model);
+            self.queue_changed(model, None);
+        }
+        self.devices[device.0 as usize].capacity = 0;
     }
 
     fn withdraw(&mut self, request: RequestId, model: ModelId, plan: &mut Plan) -> bool {
@@ -428,6 +466,7 @@ impl Policy for ClockworkPolicy {
                     exec_free_at: d.exec.free_at(now, lanes),
                     load_free_at: d.load.free_at(now, lanes),
                     suspect: d.suspect,
+                    gone: d.gone,
                 })
                 .collect(),
             ready_replicas: self
