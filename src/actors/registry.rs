@@ -122,8 +122,12 @@ impl Catalog {
         self.models
             .iter()
             .map(|m| {
-                let facts =
-                    ModelFacts::new(&m.spec, page_bytes, m.bytes.is_some(), m.backends.as_deref());
+                let facts = ModelFacts::new(
+                    &m.spec,
+                    page_bytes,
+                    m.bytes.is_some(),
+                    m.backends.as_deref(),
+                );
                 (m.id, device_allows(facts, &device))
             })
             .collect()
@@ -281,7 +285,12 @@ impl Registry {
 
     /// A device joins while serving (a remote worker's): the policy learns it and which
     /// registered models it may hold. Answers its id.
-    pub fn join(&mut self, policy: &mut dyn Policy, info: DeviceInfo, facts: DeviceFacts) -> DeviceId {
+    pub fn join(
+        &mut self,
+        policy: &mut dyn Policy,
+        info: DeviceInfo,
+        facts: DeviceFacts,
+    ) -> DeviceId {
         let device = policy.add_device(info);
         for (model, allowed) in self.catalog.add_device(facts) {
             policy.set_allowed(model, device, allowed);

@@ -42,7 +42,9 @@ pub(super) async fn live() -> HttpResponse {
 #[get("/v2/health/ready")]
 pub(super) async fn ready(state: web::Data<ApiState>) -> HttpResponse {
     match state.controller.send(SnapshotController).await {
-        Ok(snapshot) if !snapshot.draining && !snapshot.waiting_for_devices => HttpResponse::Ok().finish(),
+        Ok(snapshot) if !snapshot.draining && !snapshot.waiting_for_devices => {
+            HttpResponse::Ok().finish()
+        }
         _ => HttpResponse::ServiceUnavailable().finish(),
     }
 }

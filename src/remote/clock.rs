@@ -62,7 +62,10 @@ impl ClockSync {
     /// Local clock minus the peer's, once both directions have been seen.
     pub fn offset(&self) -> Option<i64> {
         let (local, remote) = (self.local_min?, self.remote_min?);
-        Some(((i128::from(local) - i128::from(remote)) / 2).clamp(i64::MIN.into(), i64::MAX.into()) as i64)
+        Some(
+            ((i128::from(local) - i128::from(remote)) / 2).clamp(i64::MIN.into(), i64::MAX.into())
+                as i64,
+        )
     }
 
     /// The least round trip seen, once both directions have been seen.
@@ -124,7 +127,13 @@ mod tests {
 
     #[test]
     fn offset_within_half_the_asymmetry_for_large_skews() {
-        for skew in [-10_000 * MS as i64, -1, 0, 3 * MS as i64, 10_000 * MS as i64] {
+        for skew in [
+            -10_000 * MS as i64,
+            -1,
+            0,
+            3 * MS as i64,
+            10_000 * MS as i64,
+        ] {
             for (d_out, d_in) in [(MS, MS), (MS / 10, 5 * MS), (20 * MS, 2 * MS)] {
                 let (local, peer) = exchange(skew, d_out, d_in, 300);
                 let offset = local.offset().expect("both directions seen");

@@ -126,7 +126,13 @@ impl Wire {
             clock,
             sync,
         } = self;
-        let writer = tokio::spawn(write_loop(write, queued, clock, Arc::clone(&sync), owner.clone()));
+        let writer = tokio::spawn(write_loop(
+            write,
+            queued,
+            clock,
+            Arc::clone(&sync),
+            owner.clone(),
+        ));
         let pong = outbox.clone();
         let reader = tokio::spawn(read_loop(read, clock, sync, owner, pong));
         Conn {
@@ -169,7 +175,7 @@ async fn send(
         body,
     };
     let bytes = frame::encode(&envelope)?;
-    write.send(bytes.into()).await?;
+    write.send(bytes::Bytes::from(bytes)).await?;
     Ok(())
 }
 

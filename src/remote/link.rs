@@ -15,8 +15,8 @@ use actix::prelude::*;
 use super::conn::{read_sync, Conn, Inbound, SharedSync};
 use super::frame::{Body, ModelBytes};
 use super::stats::ClusterStats;
-use crate::actors::Leave;
 use crate::actors::messages::{ActionReport, Execute, FetchArtifact};
+use crate::actors::Leave;
 use crate::gpu::ModelArtifact;
 use crate::model::{DeviceId, ModelId};
 use crate::protocol::{ActionError, ActionKind};
@@ -94,6 +94,10 @@ impl Link {
         self.conn.send(Body::Execute(execute));
     }
 
+    fn publish_clock(&self) {
+        read_sync(&self.sync, |s| self.peers.stats.clock(&self.worker, s));
+    }
+
     fn send_model(&mut self, artifact: &ModelArtifact) {
         self.models.insert(artifact.id);
         self.conn.send(Body::Model(ModelBytes {
@@ -109,6 +113,9 @@ impl Actor for Link {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(crate::actors::MAILBOX);
+        // An idle worker sends only pings, which the connection answers itself: publish
+        // its clock estimates on a timer too.
+        ctx.run_interval(super::conn::IDLE_PING, |link, _| link.publish_clock());
     }
 }
 
@@ -116,7 +123,11 @@ impl Handler<Execute> for Link {
     type Result = ();
 
     fn handle(&mut self, execute: Execute, ctx: &mut Context<Self>) {
-        let Some(local) = self.devices.iter().position(|&d| d == execute.action.device) else {
+        let Some(local) = self
+            .devices
+            .iter()
+            .position(|&d| d == execute.action.device)
+        else {
             return self.fail_locally(&execute, ActionError::Device("not this worker's".into()));
         };
         if !self.in_time(execute.action.latest) {
@@ -141,7 +152,6 @@ impl Handler<Inbound> for Link {
     type Result = ();
 
     fn handle(&mut self, inbound: Inbound, ctx: &mut Context<Self>) {
-        read_sync(&self.sync, |s| self.peers.stats.clock(&self.worker, s));
         match inbound {
             Inbound::Frame(Body::Report(mut report)) => {
                 let Some(&device) = self.devices.get(report.device.0 as usize) else {

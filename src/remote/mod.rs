@@ -15,4 +15,37 @@
 //! - `stats`: what the controller knows of its workers, for metrics and readiness.
 
 pub mod clock;
+pub mod conn;
 pub mod frame;
+pub mod link;
+pub mod listener;
+pub mod stats;
+pub mod worker;
+
+use crate::api::ApiState;
+use crate::config::Config;
+
+/// Starts accepting workers if `[cluster] listen` is set (on the current arbiter; the
+/// address bound is logged as `accepting workers address=...`). Their metrics go to the
+/// API's registry.
+pub async fn serve_cluster(
+    config: &Config,
+    runtime: &crate::actors::Runtime,
+    api: &ApiState,
+) -> anyhow::Result<()> {
+    let Some(address) = &config.cluster.listen else {
+        return Ok(());
+    };
+    let parts = listener::ListenerParts {
+        controller: runtime.controller.clone(),
+        artifacts: runtime.cache.clone().recipient(),
+        clock: runtime.clock,
+        token: config.cluster.token_with_env(),
+        page_bytes: config.runtime.page_bytes,
+        stats: stats::ClusterStats::new(api.metrics.registry())?,
+    };
+    listener::listen(address, parts)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot accept workers on {address}: {e}"))?;
+    Ok(())
+}

@@ -38,10 +38,18 @@ struct Device {
 /// Lanes travel in events by index (events are ordered, lanes need not be).
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
-    Start { device: usize, lane: usize },
-    End { device: usize, lane: usize },
+    Start {
+        device: usize,
+        lane: usize,
+    },
+    End {
+        device: usize,
+        lane: usize,
+    },
     /// The device vanishes (its worker was lost) and the policy is told.
-    Remove { device: usize },
+    Remove {
+        device: usize,
+    },
 }
 
 /// What a run saw.
@@ -277,7 +285,10 @@ impl<P: Policy> Testbed<P> {
             self.report.actions += 1;
             let device = action.device.0 as usize;
             if self.devices[device].removed {
-                self.violation(format!("action {} planned on removed device {device}", action.id.0));
+                self.violation(format!(
+                    "action {} planned on removed device {device}",
+                    action.id.0
+                ));
                 continue;
             }
             let lane = self.devices[device].core.submit(action);

@@ -90,8 +90,6 @@ impl Controller {
             self.sent.remove(&action);
             self.watchdog.settle(action, device);
         }
-        self.parts
-            .policy
-            .remove_device(device, now, &mut self.plan);
+        self.parts.policy.remove_device(device, now, &mut self.plan);
     }
 }

@@ -63,16 +63,19 @@ fn report() -> impl Strategy<Value = ActionReport> {
 }
 
 fn hello() -> impl Strategy<Value = Hello> {
-    let device = ("[a-z0-9-]{1,10}", any::<u32>(), any::<bool>()).prop_map(|(kind, pages, e)| {
-        DeviceDecl {
+    let device =
+        ("[a-z0-9-]{1,10}", any::<u32>(), any::<bool>()).prop_map(|(kind, pages, e)| DeviceDecl {
             kind,
-            backend: if e { BackendKind::Sim } else { BackendKind::Cpu },
+            backend: if e {
+                BackendKind::Sim
+            } else {
+                BackendKind::Cpu
+            },
             pages,
             page_bytes: 1 << 20,
             emulated: e,
             needs_graph: !e,
-        }
-    });
+        });
     let devices = prop::collection::vec(device, 0..4);
     ("[a-z0-9.-]{0,20}", devices, prop::option::of("[ -~]{0,16}")).prop_map(
         |(name, devices, token)| Hello {
@@ -161,7 +164,9 @@ fn a_wrong_version_magic_or_token_is_refused_with_the_reason() {
         magic: *b"HTTP/1.1",
         ..good.clone()
     };
-    assert!(check_hello(&stranger, None, 1).unwrap_err().contains("magic"));
+    assert!(check_hello(&stranger, None, 1)
+        .unwrap_err()
+        .contains("magic"));
     for token in [None, Some("secreT"), Some("secret2"), Some("")] {
         let hello = Hello {
             token: token.map(String::from),
