@@ -30,7 +30,9 @@ pub mod registry;
 mod runtime;
 pub mod watchdog;
 
-pub use controller::{Controller, ControllerParts, ControllerSettings, Join, JoiningDevice, Leave};
+pub use controller::{
+    Controller, ControllerParts, ControllerSettings, DeviceLag, Join, JoiningDevice, Leave,
+};
 pub use executor::{Executor, ExecutorLinks};
 pub use from_config::devices_from_config;
 pub use model_cache::ModelCache;

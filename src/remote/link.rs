@@ -16,7 +16,7 @@ use super::conn::{read_sync, Conn, Inbound, SharedSync};
 use super::frame::{Body, ModelBytes};
 use super::stats::ClusterStats;
 use crate::actors::messages::{ActionReport, Execute, FetchArtifact};
-use crate::actors::Leave;
+use crate::actors::{DeviceLag, Leave};
 use crate::gpu::ModelArtifact;
 use crate::model::{DeviceId, ModelId};
 use crate::protocol::{ActionError, ActionKind};
@@ -32,6 +32,8 @@ pub struct LinkPeers {
     pub reports: Recipient<ActionReport>,
     /// The controller, when the worker is gone.
     pub leave: Recipient<Leave>,
+    /// The controller, for the devices' expected lag from the measured round trip.
+    pub lag: Recipient<DeviceLag>,
     /// The model cache, for the bytes a worker needs before a LOAD.
     pub artifacts: Recipient<FetchArtifact>,
     /// The cluster's metrics.
@@ -49,6 +51,8 @@ pub struct Link {
     peers: LinkPeers,
     /// Models whose bytes the worker has.
     models: HashSet<ModelId>,
+    /// The one-way trip last told to the controller as the devices' lag.
+    lag: Option<Nanos>,
 }
 
 impl Link {
@@ -68,6 +72,7 @@ impl Link {
             conn,
             peers,
             models: HashSet::new(),
+            lag: None,
         }
     }
 
@@ -94,8 +99,21 @@ impl Link {
         self.conn.send(Body::Execute(execute));
     }
 
-    fn publish_clock(&self) {
+    /// Publishes the clock estimates, and tells the controller the devices' lag (half the
+    /// round trip) when it moved by more than a tenth.
+    fn publish_clock(&mut self) {
         read_sync(&self.sync, |s| self.peers.stats.clock(&self.worker, s));
+        let Some(rtt) = read_sync(&self.sync, |s| s.round_trip()) else {
+            return;
+        };
+        let lag = rtt / 2;
+        if self.lag.is_none_or(|old| old.abs_diff(lag) > old / 10) {
+            self.lag = Some(lag);
+            self.peers.lag.do_send(DeviceLag {
+                devices: self.devices.clone(),
+                lag,
+            });
+        }
     }
 
     fn send_model(&mut self, artifact: &ModelArtifact) {

@@ -107,6 +107,7 @@ async fn join(stream: TcpStream, parts: &ListenerParts) -> Result<(), LinkError>
     let peers = LinkPeers {
         reports: parts.controller.clone().recipient(),
         leave: parts.controller.clone().recipient(),
+        lag: parts.controller.clone().recipient(),
         artifacts: parts.artifacts.clone(),
         stats: parts.stats.clone(),
     };

@@ -112,6 +112,9 @@ pub struct DeviceMirror {
     pub suspect: bool,
     /// Taken out for good (its worker was lost): suspect forever, no memory.
     pub gone: bool,
+    /// Its own delay before its executor sees an action (a remote worker's one-way trip,
+    /// `Policy::set_lag`), if longer than the configured `expected_lag`.
+    pub lag: Nanos,
 }
 
 impl DeviceMirror {
@@ -128,6 +131,15 @@ impl DeviceMirror {
             load_blocked_by_flight: false,
             suspect: false,
             gone: false,
+            lag: 0,
+        }
+    }
+
+    /// The lanes' timing on this device: the configured one, with its own lag if longer.
+    pub fn timing(&self, base: LaneTiming) -> LaneTiming {
+        LaneTiming {
+            expected_lag: base.expected_lag.max(self.lag),
+            ..base
         }
     }
 

@@ -242,6 +242,10 @@ pub trait Policy {
     /// pages are freed. Its id is never reused (a worker that comes back joins as new
     /// devices), so a report of one of its actions that comes after is unknown and ignored.
     fn remove_device(&mut self, device: DeviceId, now: Nanos, plan: &mut Plan);
+    /// The delay before `device`'s executor sees an action, measured (a remote worker's
+    /// one-way trip): planning uses it where it exceeds the configured `expected_lag`.
+    /// Policies that do not plan ahead ignore it.
+    fn set_lag(&mut self, _device: DeviceId, _lag: Nanos) {}
     /// Takes back a request still queued (a pipeline withdraws the sub-requests of a root
     /// already answered), answering it `Refusal::Withdrawn` in `plan` so that it uses no
     /// device time. Returns false, and changes nothing, when it is no longer queued (in a

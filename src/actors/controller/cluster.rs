@@ -40,6 +40,27 @@ pub struct Leave {
     pub devices: Vec<DeviceId>,
 }
 
+/// A worker's measured one-way trip, the expected lag of its devices
+/// (`Policy::set_lag`).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct DeviceLag {
+    pub devices: Vec<DeviceId>,
+    pub lag: Nanos,
+}
+
+impl Handler<DeviceLag> for Controller {
+    type Result = ();
+
+    fn handle(&mut self, lag: DeviceLag, _: &mut Context<Self>) {
+        for &device in &lag.devices {
+            if !self.gone.contains(&device) {
+                self.parts.policy.set_lag(device, lag.lag);
+            }
+        }
+    }
+}
+
 impl Handler<Join> for Controller {
     type Result = MessageResult<Join>;
 
@@ -65,19 +86,24 @@ impl Handler<Leave> for Controller {
 
     fn handle(&mut self, leave: Leave, ctx: &mut Context<Self>) {
         let now = self.now();
-        for &device in &leave.devices {
-            self.lose_device(device, now);
-        }
-        tracing::info!(worker = %leave.worker, devices = ?leave.devices, live = self.live_devices, "worker's devices left");
+        let before = self.plan.answers.len();
+        let failed: usize = leave
+            .devices
+            .iter()
+            .map(|&device| self.lose_device(device, now))
+            .sum();
+        let refused = self.plan.answers.len() - before;
+        tracing::info!(worker = %leave.worker, devices = ?leave.devices, live = self.live_devices, actions_failed = failed, answered_at_once = refused, "worker's devices left");
         self.step(ctx);
     }
 }
 
 impl Controller {
     /// Takes a device out for good; its requests' answers come from the policy's plan.
-    fn lose_device(&mut self, device: DeviceId, now: Nanos) {
+    /// Answers how many actions in flight on it failed.
+    fn lose_device(&mut self, device: DeviceId, now: Nanos) -> usize {
         if !self.gone.insert(device) {
-            return;
+            return 0;
         }
         self.live_devices = self.live_devices.saturating_sub(1);
         let lost: Vec<ActionId> = self

@@ -374,4 +374,4 @@ mod cluster;
 mod handlers;
 mod reports;
 
-pub use cluster::{Join, JoiningDevice, Leave};
+pub use cluster::{DeviceLag, Join, JoiningDevice, Leave};

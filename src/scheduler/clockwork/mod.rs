@@ -365,6 +365,10 @@ impl Policy for ClockworkPolicy {
         self.rerank(model);
     }
 
+    fn set_lag(&mut self, device: DeviceId, lag: Nanos) {
+        self.devices[device.0 as usize].lag = lag;
+    }
+
     fn remove_device(&mut self, device: DeviceId, now: Nanos, plan: &mut Plan) {
         self.now = self.now.max(now);
         if self.devices[device.0 as usize].gone {
@@ -436,10 +440,18 @@ impl Policy for ClockworkPolicy {
                 // A lane needs the policy again when its planned work drops inside the
                 // schedule-ahead window, if it has something it could take.
                 if !device.strategies.is_empty() {
-                    consider(device.exec.free_at(now, lanes).saturating_sub(ahead));
+                    consider(
+                        device
+                            .exec
+                            .free_at(now, device.timing(lanes))
+                            .saturating_sub(ahead),
+                    );
                 }
                 if loading {
-                    let free = device.load.free_at(now, lanes).saturating_sub(ahead);
+                    let free = device
+                        .load
+                        .free_at(now, device.timing(lanes))
+                        .saturating_sub(ahead);
                     consider(free.max(device.load_retry_at));
                 }
             }
@@ -463,8 +475,8 @@ impl Policy for ClockworkPolicy {
                     pages_used: d.used,
                     pages: d.capacity,
                     models: d.residents.len(),
-                    exec_free_at: d.exec.free_at(now, lanes),
-                    load_free_at: d.load.free_at(now, lanes),
+                    exec_free_at: d.exec.free_at(now, d.timing(lanes)),
+                    load_free_at: d.load.free_at(now, d.timing(lanes)),
                     suspect: d.suspect,
                     gone: d.gone,
                 })
