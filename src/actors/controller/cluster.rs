@@ -112,10 +112,11 @@ impl Controller {
             .filter(|(_, sent)| sent.action.device == device)
             .map(|(&id, _)| id)
             .collect();
-        for action in lost {
-            self.sent.remove(&action);
-            self.watchdog.settle(action, device);
+        for action in &lost {
+            self.sent.remove(action);
+            self.watchdog.settle(*action, device);
         }
         self.parts.policy.remove_device(device, now, &mut self.plan);
+        lost.len()
     }
 }
