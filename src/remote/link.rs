@@ -83,13 +83,21 @@ impl Link {
         arrives.saturating_add(SEND_MARGIN) <= latest
     }
 
-    fn fail_locally(&self, execute: &Execute, error: ActionError) {
-        self.peers.reports.do_send(ActionReport {
+    /// Fails an action that is not sent. A `TooLate` is reported at `latest +
+    /// expected_duration`, when it would have ended had it started last minute: reported at
+    /// once, the policy would plan the same requests again at once, and again, in a loop
+    /// that only their expiry ends (and that starves the controller meanwhile).
+    fn fail_locally(&self, execute: &Execute, error: ActionError, ctx: &mut Context<Self>) {
+        let report = ActionReport {
             action: execute.action.id,
             device: execute.action.device,
             result: Err(error),
             outputs: None,
-        });
+        };
+        let action = &execute.action;
+        let at = action.latest.saturating_add(action.expected_duration);
+        let reports = self.peers.reports.clone();
+        ctx.run_later(self.clock.until(at), move |_, _| reports.do_send(report));
     }
 
     /// Sends the action with the worker's device number.
@@ -100,13 +108,14 @@ impl Link {
     }
 
     /// Publishes the clock estimates, and tells the controller the devices' lag (half the
-    /// round trip) when it moved by more than a tenth.
+    /// round trip and the send margin: the policy then plans nothing this link would
+    /// refuse to send) when it moved by more than a tenth.
     fn publish_clock(&mut self) {
         read_sync(&self.sync, |s| self.peers.stats.clock(&self.worker, s));
         let Some(rtt) = read_sync(&self.sync, |s| s.round_trip()) else {
             return;
         };
-        let lag = rtt / 2;
+        let lag = rtt / 2 + SEND_MARGIN;
         if self.lag.is_none_or(|old| old.abs_diff(lag) > old / 10) {
             self.lag = Some(lag);
             self.peers.lag.do_send(DeviceLag {
@@ -146,10 +155,11 @@ impl Handler<Execute> for Link {
             .iter()
             .position(|&d| d == execute.action.device)
         else {
-            return self.fail_locally(&execute, ActionError::Device("not this worker's".into()));
+            let error = ActionError::Device("not this worker's".into());
+            return self.fail_locally(&execute, error, ctx);
         };
         if !self.in_time(execute.action.latest) {
-            return self.fail_locally(&execute, ActionError::TooLate);
+            return self.fail_locally(&execute, ActionError::TooLate, ctx);
         }
         let model = execute.action.model;
         if execute.action.kind != ActionKind::Load || self.models.contains(&model) {
