@@ -57,7 +57,7 @@ fn a_killed_worker_loses_nothing_and_rejoins() {
     let _one = serial();
     let cluster = format!("127.0.0.1:{}", free_port());
     let port: u16 = cluster.rsplit(':').next().unwrap().parse().unwrap();
-    let (_controller, address, _log) = controller(&controller_config(port));
+    let (_controller, address, log) = controller(&controller_config(port));
     assert_eq!(
         http(&address, "GET", "/v2/health/ready", "").unwrap().0,
         503,
@@ -71,6 +71,9 @@ fn a_killed_worker_loses_nothing_and_rejoins() {
     std::thread::sleep(Duration::from_millis(1500));
     let killed_at = load.start.elapsed();
     w1.kill();
+    // The controller takes its devices out (not only its watchdog's suspicion) at once.
+    let left = wait_for_line(&log, "worker's devices left", Duration::from_secs(2));
+    assert!(left.contains("worker=w1"), "{left}");
     std::thread::sleep(Duration::from_millis(2500));
     let restarted_at = load.start.elapsed();
     let (_w1, l1) = worker("w1", &cluster);
