@@ -33,6 +33,20 @@ enum Command {
         #[arg(long)]
         listen: Option<String>,
     },
+    /// Run this machine's devices for a controller elsewhere (`[cluster] listen` on it):
+    /// dial it, join, and execute what it sends; reconnect when the connection is lost.
+    Worker {
+        /// The controller's worker address, HOST:PORT.
+        #[arg(long)]
+        controller: String,
+        /// Configuration file: `[[devices]]`, `[runtime] page_bytes`, `[cluster] token`
+        /// (the environment's CLOCKWORK_CLUSTER_TOKEN wins). None: one sim device.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Its name in the controller's logs and metrics (default: the host name).
+        #[arg(long)]
+        name: Option<String>,
+    },
     /// Replay a workload through the real actors on emulated devices, in virtual time, for
     /// each policy, and write a report (report.json, report.md, SVG plots).
     Simulate(Box<SimulateCli>),
@@ -214,6 +228,11 @@ fn main() -> ExitCode {
         .init();
     let result = match Cli::parse().command {
         Command::Serve { config, listen } => serve(config, listen),
+        Command::Worker {
+            controller,
+            config,
+            name,
+        } => worker(controller, config, name),
         Command::Simulate(cli) => simulate(*cli),
         Command::Loadgen(cli) => loadgen(*cli),
         Command::Models(command) => models(command),
@@ -233,6 +252,19 @@ fn serve(path: PathBuf, listen: Option<String>) -> anyhow::Result<()> {
         config.server.listen = listen;
     }
     actix_web::rt::System::new().block_on(clockwork::serve::run(config))
+}
+
+fn worker(controller: String, config: Option<PathBuf>, name: Option<String>) -> anyhow::Result<()> {
+    let config = match config {
+        Some(path) => Config::load(&path)?,
+        None => Config::parse("[[devices]]\nbackend = \"sim\"\nprofile = \"v100\"\n")?,
+    };
+    let settings = clockwork::remote::worker::WorkerSettings {
+        controller,
+        name: name.unwrap_or_else(clockwork::remote::worker::host_name),
+        config,
+    };
+    actix_web::rt::System::new().block_on(clockwork::remote::worker::run(settings))
 }
 
 fn simulate(cli: SimulateCli) -> anyhow::Result<()> {

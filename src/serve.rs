@@ -32,6 +32,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         decode_queue: config.server.decode_queue,
     };
     let state = ApiState::new(&runtime, settings)?;
+    crate::remote::serve_cluster(&config, &runtime, &state).await?;
     let cores = runtime.cores.clone();
     // This thread (the system's: timers, the accept loop inherits its mask) belongs to
     // the front end, like the workers below.

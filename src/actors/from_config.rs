@@ -24,32 +24,17 @@ impl RuntimeBuilder {
         let settings = super::ControllerSettings {
             watchdog_grace: nanos(config.server.watchdog_grace),
             shutdown_grace: nanos(config.server.shutdown_grace),
+            wait_for_devices: config.cluster.wait_for_devices,
         };
         let mut builder = Self::new(clock, config.policy.clone())
             .runtime(config.runtime.clone())
             .controller_settings(settings);
-        let cores = core_plan(config);
-        let mut cpu_devices = 0;
-        let mut cpu_groups = 0;
-        for group in &config.devices {
-            let count = match (group.backend, group.count, &cores) {
-                (BackendKind::Cpu, _, Some(plan)) => plan.counts[cpu_groups],
-                (_, DeviceCount::Fixed(count), _) => count,
-                // `validate` admits `auto` only in cpu groups, which always have a plan.
-                (_, DeviceCount::Auto, _) => 1,
-            };
-            for i in 0..count {
-                let core = match (group.backend, &cores) {
-                    (BackendKind::Cpu, Some(plan)) => plan.devices[cpu_devices + i as usize],
-                    _ => None,
-                };
-                let backend = device(clock, group, i, builder.devices.len(), core)?;
-                builder = builder.configured_device(Some(group.backend), backend);
-            }
-            if group.backend == BackendKind::Cpu {
-                cpu_groups += 1;
-                cpu_devices += count as usize;
-            }
+        if config.cluster.listen.is_some() {
+            builder = builder.open_to_workers();
+        }
+        let (devices, cores) = devices_from_config(clock, config)?;
+        for (kind, backend) in devices {
+            builder = builder.configured_device(Some(kind), backend);
         }
         builder.cores = cores;
         for model in &config.models {
@@ -127,6 +112,42 @@ impl RuntimeBuilder {
         }
         Ok(self.repository(source))
     }
+}
+
+/// A device built from the configuration, with the backend it was configured as.
+pub type ConfiguredDevice = (BackendKind, Box<dyn Backend>);
+
+/// The configured devices (`[[devices]]`), each with its backend kind, and the cores
+/// they run on: the runtime's, and a remote worker's (`crate::remote::worker`).
+pub fn devices_from_config(
+    clock: Clock,
+    config: &Config,
+) -> Result<(Vec<ConfiguredDevice>, Option<CorePlan>), StartError> {
+    let cores = core_plan(config);
+    let mut devices = Vec::new();
+    let mut cpu_devices = 0;
+    let mut cpu_groups = 0;
+    for group in &config.devices {
+        let count = match (group.backend, group.count, &cores) {
+            (BackendKind::Cpu, _, Some(plan)) => plan.counts[cpu_groups],
+            (_, DeviceCount::Fixed(count), _) => count,
+            // `validate` admits `auto` only in cpu groups, which always have a plan.
+            (_, DeviceCount::Auto, _) => 1,
+        };
+        for i in 0..count {
+            let core = match (group.backend, &cores) {
+                (BackendKind::Cpu, Some(plan)) => plan.devices[cpu_devices + i as usize],
+                _ => None,
+            };
+            let backend = device(clock, group, i, devices.len(), core)?;
+            devices.push((group.backend, backend));
+        }
+        if group.backend == BackendKind::Cpu {
+            cpu_groups += 1;
+            cpu_devices += count as usize;
+        }
+    }
+    Ok((devices, cores))
 }
 
 /// Which cores the cpu devices and the front end get, said in the log; `None` without

@@ -33,15 +33,18 @@ pub(super) async fn live() -> HttpResponse {
     HttpResponse::Ok().finish()
 }
 
-/// Ready while the controller runs and admits requests; 503 while draining.
+/// Ready while the controller runs and admits requests; 503 while draining, or while
+/// fewer devices have joined than `[cluster] wait_for_devices`.
 #[utoipa::path(tag = "health", responses(
     (status = 200, description = "admitting requests"),
-    (status = 503, description = "shutting down"),
+    (status = 503, description = "shutting down, or waiting for workers' devices"),
 ))]
 #[get("/v2/health/ready")]
 pub(super) async fn ready(state: web::Data<ApiState>) -> HttpResponse {
     match state.controller.send(SnapshotController).await {
-        Ok(snapshot) if !snapshot.draining => HttpResponse::Ok().finish(),
+        Ok(snapshot) if !snapshot.draining && !snapshot.waiting_for_devices => {
+            HttpResponse::Ok().finish()
+        }
         _ => HttpResponse::ServiceUnavailable().finish(),
     }
 }

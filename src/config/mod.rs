@@ -13,11 +13,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use crate::cores::DeviceCount;
+pub use cluster::{ClusterConfig, TOKEN_ENV};
 pub use devices::{
     BackendKind, CpuConfig, DeviceGroupConfig, ModelConfig, SimConfig, SlowdownConfig,
     DEFAULT_CPU_PAGES,
 };
 
+mod cluster;
 mod devices;
 
 /// Errors reading the configuration.
@@ -53,6 +55,8 @@ pub struct Config {
     pub models: Vec<ModelConfig>,
     /// The model repository: real ONNX models, registered at start and on demand.
     pub repository: Option<RepositoryConfig>,
+    /// Remote workers: where they join, their token, how many devices readiness waits for.
+    pub cluster: ClusterConfig,
 }
 
 /// The model repository on disk (Triton's layout, see `src/repository/`).

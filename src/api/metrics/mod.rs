@@ -265,6 +265,11 @@ impl Metrics {
         }
     }
 
+    /// The registry its series live in: other parts (the cluster's) add theirs to it.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     /// The exposition text.
     pub fn render(&self) -> String {
         TextEncoder::new()
