@@ -130,3 +130,85 @@ impl ReactivePolicy {
 fn held(devices: &[usize]) -> u32 {
     u32::try_from(devices.len()).unwrap_or(u32::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::PolicyConfig;
+    use crate::model::{BatchLatency, ModelId, ModelProfile, RequestId};
+    use crate::scheduler::{
+        ActionKind, DeviceInfo, ModelInfo, Plan, Policy, ReactivePolicy, Refusal, Request, Verdict,
+    };
+    use crate::time::MS;
+
+    fn policy(devices: usize) -> ReactivePolicy {
+        let mut policy = ReactivePolicy::new(&PolicyConfig::default()).triton();
+        let profile = ModelProfile {
+            weight_bytes: 1,
+            load_latency: 7 * MS,
+            batches: vec![BatchLatency {
+                batch: 1,
+                latency: 3 * MS,
+            }],
+        };
+        policy.add_model(ModelInfo {
+            pages: 2,
+            profile,
+            by_kind: Vec::new(),
+            devices: None,
+        });
+        for _ in 0..devices {
+            policy.add_device(DeviceInfo {
+                kind: "k".into(),
+                pages: 10,
+            });
+        }
+        policy
+    }
+
+    /// Mutation that breaks it: `load_floors` not called from `schedule`.
+    #[test]
+    fn floors_are_loaded_before_any_request() {
+        let mut p = policy(3);
+        p.set_replica_floor(ModelId(0), 2);
+        let mut plan = Plan::default();
+        for t in 0..3 {
+            // One load per model at a time: the second after the first is done.
+            p.schedule(t * 10 * MS, &mut plan);
+            if let Some(load) = plan.actions.last() {
+                let outcome = crate::scheduler::Outcome {
+                    action: load.id,
+                    result: Ok(crate::scheduler::Measured {
+                        begin: t * 10 * MS,
+                        end: t * 10 * MS + 7 * MS,
+                        duration: 7 * MS,
+                    }),
+                };
+                p.observe(outcome, t * 10 * MS + 7 * MS, &mut plan);
+            }
+        }
+        let loads = plan.actions.iter().filter(|a| a.kind == ActionKind::Load);
+        let devices: Vec<_> = loads.map(|a| a.device).collect();
+        assert_eq!(devices.len(), 2, "{devices:?}");
+        assert_ne!(devices[0], devices[1]);
+    }
+
+    /// Mutation that breaks it: `keep = due > now` written `true` (nothing times out).
+    #[test]
+    fn a_request_past_its_deadline_times_out_unrun() {
+        let mut p = policy(1);
+        let mut plan = Plan::default();
+        let request = Request {
+            id: RequestId(1),
+            model: ModelId(0),
+            arrival: 0,
+            slo: 5 * MS,
+            latest_finish: None,
+        };
+        p.admit(request, 0, &mut plan);
+        // The load (a miss) takes 7 ms: by then the request is past its deadline.
+        p.schedule(6 * MS, &mut plan);
+        assert_eq!(plan.answers.len(), 1);
+        assert_eq!(plan.answers[0].verdict, Verdict::Refused(Refusal::TimedOut));
+        assert_eq!(p.snapshot(6 * MS).queued, 0);
+    }
+}

@@ -1,0 +1,167 @@
+"""SLOpt against its baselines: runs `clockwork simulate --pipeline` for experiments A, B
+and C (see systems.sh) and prints their tables; A's goodput and P99 by load are also drawn
+as SVG line plots.
+
+Usage: systems.py --clockwork BIN --out DIR --duration D [--plots DIR] [A] [B] [C]
+"""
+import argparse
+import json
+import os
+import subprocess
+
+SYSTEMS = ["slopt", "slopt-noest", "slopt-notune", "slopt-nodrop", "nexus-like",
+           "inferline-like", "triton-like", "even-split"]
+# Each pipeline's flags and its capacity on 8 devices (pipeline.sh, cascade.sh).
+PIPELINES = {
+    "traffic": (["--pipeline", "traffic", "--fanout-mean", "2", "--fanout-var", "3"], 1350),
+    "cascade": (["--pipeline", "cascade", "--escalate", "0.25"], 3250),
+}
+LOADS = [0.3, 0.5, 0.7, 0.9, 1.0, 1.1, 1.2]
+SLO_MS = 100
+DEVICES_A = 8
+MAX_DEVICES = 16
+
+
+def simulate(args, pipe, rate, devices, systems, out):
+    """One process for `systems` on the same arrivals; their reports by name."""
+    if not os.path.exists(f"{out}/report.json"):
+        flags, _ = PIPELINES[pipe]
+        subprocess.run([args.clockwork, "simulate", "--quiet", *flags, "--devices",
+                        str(devices), "--slo-ms", str(SLO_MS), "--seed", "1", "--rate",
+                        str(rate), "--duration", args.duration, "--policy",
+                        ",".join(systems), "--out", out],
+                       check=True, stdout=subprocess.DEVNULL)
+    with open(f"{out}/report.json") as f:
+        return {p["policy"]: p for p in json.load(f)["policies"]}
+
+
+def table(columns, rows):
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for row in rows:
+        print("| " + " | ".join(str(c) for c in row) + " |")
+    print()
+
+
+def experiment_a(args):
+    results = {}
+    for pipe, (_, capacity) in PIPELINES.items():
+        for load in LOADS:
+            rate = round(capacity * load)
+            out = f"{args.out}/A-{pipe}-{load}-{args.duration}"
+            results[pipe, load] = simulate(args, pipe, rate, DEVICES_A, SYSTEMS, out)
+        print(f"A, {pipe} ({DEVICES_A} devices, capacity {capacity}/s): root goodput / "
+              "P99 of answered roots (ms); late roots in brackets where any\n")
+        rows = []
+        for s in SYSTEMS:
+            cells = []
+            for load in LOADS:
+                p = results[pipe, load][s]
+                late = f" [{p['late']}]" if p["late"] else ""
+                cells.append(f"{p['goodput']:.3f} / {p['latency_ms']['p99']:.1f}{late}")
+            rows.append([s, *cells])
+        table(["system", *[f"{x}x" for x in LOADS]], rows)
+        if args.plots:
+            for metric, label in (("goodput", "root goodput"), ("p99", "P99 ms")):
+                series = {s: [value(results[pipe, load][s], metric) for load in LOADS]
+                          for s in SYSTEMS}
+                svg(f"{args.plots}/systems-A-{pipe}-{metric}.svg",
+                    f"{pipe}: {label} by load (x capacity), {DEVICES_A} devices", series)
+    return results
+
+
+def value(p, metric):
+    return p["goodput"] if metric == "goodput" else p["latency_ms"]["p99"]
+
+
+def meets_b(p):
+    return p["goodput"] >= 0.99
+
+
+def meets_c(p):
+    return p["latency_ms"]["p99"] <= SLO_MS and p["goodput"] >= 0.95
+
+
+def fewest(args, pipe, system, meets):
+    """Binary search over 1..MAX_DEVICES (None: not even MAX_DEVICES)."""
+    _, rate = PIPELINES[pipe]
+    def ok(devices):
+        out = f"{args.out}/BC-{pipe}-{system}-{devices}-{args.duration}"
+        return meets(simulate(args, pipe, rate, devices, [system], out)[system])
+    if not ok(MAX_DEVICES):
+        return None
+    lo, hi = 0, MAX_DEVICES  # lo fails (or is 0), hi meets
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def experiment_cost(args, name, meets, what):
+    for pipe, (_, rate) in PIPELINES.items():
+        cost = {s: fewest(args, pipe, s, meets) for s in SYSTEMS}
+        print(f"{name}, {pipe} at {rate} roots/s: fewest devices with {what}; "
+              "saving = 1 - cost(slopt)/cost(system)\n")
+        rows = []
+        for s in SYSTEMS:
+            c, mine = cost[s], cost["slopt"]
+            saving = f"{1 - mine / c:+.0%}" if c and mine else "-"
+            rows.append([s, c if c else f">{MAX_DEVICES}", saving])
+        table(["system", "devices", "saving"], rows)
+
+
+COLOURS = ["#1b9e77", "#66a61e", "#a6761d", "#666666", "#d95f02", "#7570b3", "#e7298a",
+           "#e6ab02"]
+
+
+def svg(path, title, series):
+    """A line plot of `series` (name -> one value per load) over LOADS."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    w, h, left, top, right, bottom = 640, 360, 60, 30, 150, 40
+    values = [v for vs in series.values() for v in vs]
+    lo, hi = min(0.0, min(values)), max(values) * 1.05 or 1.0
+    x = lambda i: left + i * (w - left - right) / (len(LOADS) - 1)
+    y = lambda v: top + (hi - v) * (h - top - bottom) / (hi - lo)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+           f'font-family="sans-serif" font-size="11">',
+           f'<text x="{left}" y="18" font-size="13">{title}</text>',
+           f'<line x1="{left}" y1="{y(lo)}" x2="{w - right}" y2="{y(lo)}" stroke="black"/>',
+           f'<line x1="{left}" y1="{top}" x2="{left}" y2="{y(lo)}" stroke="black"/>']
+    for i, load in enumerate(LOADS):
+        out.append(f'<text x="{x(i)}" y="{h - bottom + 15}" text-anchor="middle">{load}</text>')
+    for k in range(5):
+        v = lo + (hi - lo) * k / 4
+        out.append(f'<text x="{left - 5}" y="{y(v) + 4}" text-anchor="end">{v:.3g}</text>')
+    for n, (name, vs) in enumerate(series.items()):
+        c = COLOURS[n % len(COLOURS)]
+        pts = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(vs))
+        out.append(f'<polyline points="{pts}" fill="none" stroke="{c}" stroke-width="1.5"/>')
+        out.append(f'<text x="{w - right + 10}" y="{top + 14 * n + 10}" fill="{c}">{name}</text>')
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--clockwork", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--duration", default="20s")
+    parser.add_argument("--plots")
+    parser.add_argument("experiments", nargs="*", default=["A", "B", "C"])
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    if "A" in args.experiments:
+        experiment_a(args)
+    if "B" in args.experiments:
+        experiment_cost(args, "B", meets_b, ">= 99% of roots in time")
+    if "C" in args.experiments:
+        experiment_cost(args, "C", meets_c,
+                        "P99 of answered roots <= 100 ms and >= 95% in time")
+
+
+if __name__ == "__main__":
+    main()
