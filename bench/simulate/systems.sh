@@ -7,8 +7,9 @@
 # pipelines, each run on the same arrivals. 8 devices in A (the capacities found for
 # clockwork in pipeline.sh and cascade.sh), 1-16 in B and C at those capacities' rates.
 # Writes the tables to stdout and the plots to docs/img/.
-# Usage: bench/simulate/systems.sh [DURATION] [EXPERIMENTS]   (default: 20s "A B C")
+# B2 is B judged after a 2 s warm-up; S the sweeps (objective, fan-out, bursty arrivals).
+# Usage: bench/simulate/systems.sh [DURATION] [EXPERIMENTS]   (default: 20s "A B B2 C S")
 source "$(dirname "$0")/common.sh"
 DURATION="${1:-20s}"
 python3 "$ROOT/bench/simulate/systems.py" --clockwork "$CLOCKWORK" --out "$OUT/systems" \
-  --duration "$DURATION" --plots "$ROOT/docs/img" ${2:-A B C}
+  --duration "$DURATION" --plots "$ROOT/docs/img" ${2:-A B B2 C S}
