@@ -165,7 +165,9 @@ struct SimulateCli {
     /// Latency objective of every request, milliseconds.
     #[arg(long, default_value_t = 100.0)]
     slo_ms: f64,
-    /// Policies to compare, comma separated: clockwork, clockwork-nodrop, reactive.
+    /// Policies to compare, comma separated: clockwork, clockwork-nodrop, reactive,
+    /// triton. With --pipeline also the pipeline systems: slopt, slopt-noest,
+    /// slopt-notune, slopt-nodrop, nexus-like, inferline-like, triton-like, even-split.
     #[arg(
         long,
         value_delimiter = ',',
@@ -210,8 +212,9 @@ struct SimulateCli {
     /// cascade: fraction of images the expensive model also runs on.
     #[arg(long, default_value_t = 0.3)]
     escalate: f64,
-    /// The pipeline's budget split: even (batch-1 proportional) or tuned (SLOpt's plan
-    /// from the cascade's estimated rates).
+    /// The pipeline's budget split for the plain policies: even (batch-1 proportional)
+    /// or tuned (SLOpt's plan from the cascade's estimated rates). The pipeline systems
+    /// of --policy bring their own.
     #[arg(long, default_value = "even")]
     budget: BudgetKind,
 }

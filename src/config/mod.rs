@@ -155,11 +155,19 @@ pub enum PolicyName {
     ClockworkNodrop,
     /// A Clipper-like baseline that never refuses.
     Reactive,
+    /// A Triton-like baseline: the reactive FIFO with full batches, replica floors and a
+    /// timeout at the request's deadline as its only drop.
+    Triton,
 }
 
 impl PolicyName {
     /// Every policy, in the order help texts list them.
-    pub const ALL: [PolicyName; 3] = [Self::Clockwork, Self::ClockworkNodrop, Self::Reactive];
+    pub const ALL: [PolicyName; 4] = [
+        Self::Clockwork,
+        Self::ClockworkNodrop,
+        Self::Reactive,
+        Self::Triton,
+    ];
 
     /// The name in configuration, on the command line and in reports.
     pub const fn as_str(self) -> &'static str {
@@ -167,6 +175,7 @@ impl PolicyName {
             Self::Clockwork => "clockwork",
             Self::ClockworkNodrop => "clockwork-nodrop",
             Self::Reactive => "reactive",
+            Self::Triton => "triton",
         }
     }
 

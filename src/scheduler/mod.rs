@@ -304,11 +304,12 @@ pub const POLICIES: [&str; PolicyName::ALL.len()] = {
 };
 
 /// Builds the policy `config.name` names: `clockwork`, its ablation without early
-/// refusal `clockwork-nodrop`, or the `reactive` baseline.
+/// refusal `clockwork-nodrop`, the `reactive` baseline, or its Triton-like variant.
 pub fn build(config: &PolicyConfig) -> Box<dyn Policy + Send> {
     match config.name {
         PolicyName::Clockwork => Box::new(ClockworkPolicy::new(config)),
         PolicyName::ClockworkNodrop => Box::new(ClockworkPolicy::new(config).without_early_drop()),
         PolicyName::Reactive => Box::new(ReactivePolicy::new(config)),
+        PolicyName::Triton => Box::new(ReactivePolicy::new(config).triton()),
     }
 }

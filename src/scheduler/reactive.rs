@@ -8,6 +8,10 @@
 //!   recently used models.
 //! - Nothing is planned ahead and nothing is refused: every request is served, however
 //!   late. It exists to be compared with Clockwork on the same arrivals.
+//!
+//! Its Triton-like variant (`triton`, see `reactive_triton.rs`) batches up to the largest
+//! batch, keeps the replica floors it is given and drops a request whose deadline passed
+//! while it waited (Triton's per-model timeout).
 
 use std::collections::VecDeque;
 
@@ -32,6 +36,8 @@ struct Model {
     limit: f64,
     /// A load of it is queued or running somewhere.
     loading: bool,
+    /// Replicas to hold whatever its traffic (Triton-like: fixed, sized ahead).
+    floor: u32,
 }
 
 #[derive(Default)]
@@ -80,6 +86,8 @@ pub struct ReactivePolicy {
     misses: VecDeque<ModelId>,
     next_action: u64,
     queued: usize,
+    /// The Triton-like variant: full batches, floors, the timeout.
+    triton: bool,
 }
 
 impl ReactivePolicy {
@@ -92,6 +100,7 @@ impl ReactivePolicy {
             misses: VecDeque::new(),
             next_action: 0,
             queued: 0,
+            triton: false,
         }
     }
 
@@ -151,7 +160,12 @@ impl ReactivePolicy {
             return;
         };
         let m = &mut self.models[model.0 as usize];
-        let cap = (m.limit as u32).clamp(1, self.max_batch);
+        let limit = if self.triton {
+            self.max_batch
+        } else {
+            m.limit as u32
+        };
+        let cap = limit.clamp(1, self.max_batch);
         let mut room = m
             .batches
             .iter()
@@ -304,6 +318,9 @@ impl ReactivePolicy {
     }
 }
 
+#[path = "reactive_triton.rs"]
+mod triton;
+
 fn m_pages(models: &[Model], model: ModelId) -> u32 {
     models[model.0 as usize].info.pages
 }
@@ -327,6 +344,7 @@ impl Policy for ReactivePolicy {
             queue: VecDeque::new(),
             limit: 1.0,
             loading: false,
+            floor: 0,
         });
         ModelId(self.models.len() as u32 - 1)
     }
@@ -405,7 +423,17 @@ impl Policy for ReactivePolicy {
         allowed.copied().unwrap_or(1)
     }
 
+    fn set_replica_floor(&mut self, model: ModelId, replicas: u32) {
+        if self.triton {
+            self.models[model.0 as usize].floor = replicas;
+        }
+    }
+
     fn schedule(&mut self, now: Nanos, plan: &mut Plan) {
+        if self.triton {
+            self.time_out(now, plan);
+            self.load_floors(now, plan);
+        }
         for d in 0..self.devices.len() {
             if !self.devices[d].exec_busy && !self.devices[d].suspect {
                 self.run_batch(DeviceId(d as u32), now, plan);
