@@ -32,6 +32,7 @@ fn quick() -> PrepareSettings {
     PrepareSettings {
         default_slo: Duration::from_millis(100),
         threads: vec![1],
+        ort_threads: Vec::new(),
         profiling: ProfileSettings {
             threads: 1,
             warmup: 1,
