@@ -336,6 +336,7 @@ fn load_times(reps: u32) -> anyhow::Result<()> {
         settings: PrepareSettings {
             default_slo: Duration::from_millis(100),
             threads: vec![1],
+            ort_threads: Vec::new(),
             profiling: ProfileSettings {
                 runs: 1,
                 warmup: 0,

@@ -25,7 +25,8 @@ pub struct PrepareSettings {
     /// Threads of each cpu device group that may serve the models. Each distinct count
     /// is a device kind of its own (`CpuSettings::kind`: timing differs) and gets its own
     /// profile, the first one also serving as the fallback for other kinds; empty: one
-    /// single-threaded kind.
+    /// single-threaded kind, or none when `ort_threads` has some (the first ort kind is
+    /// then the fallback).
     pub threads: Vec<usize>,
     /// Threads of each `ort` device group: each distinct count is a kind of its own
     /// (`ort`, `ort-<n>t`), profiled after the cpu kinds. Empty: nothing is prepared for
@@ -40,10 +41,16 @@ impl PrepareSettings {
     /// and its profiling settings.
     pub fn kinds(&self) -> Vec<(String, ProfileSettings)> {
         let mut threads = distinct(&self.threads);
-        if threads.is_empty() {
+        if threads.is_empty() && self.ort_threads.is_empty() {
             threads.push(1);
         }
         self.named(threads, |threads| CpuSettings { pages: 0, threads }.kind())
+    }
+
+    /// The single-threaded cpu kind, profiled when no other kind could be.
+    fn cpu_fallback(&self) -> (String, ProfileSettings) {
+        let mut kinds = self.named(vec![1], |threads| CpuSettings { pages: 0, threads }.kind());
+        kinds.remove(0)
     }
 
     /// The distinct `ort` kinds to profile for, as [`Self::kinds`] (none without ort groups).
@@ -192,27 +199,12 @@ pub fn prepare(
         agree("outputs", declared, plans.outputs()).map_err(config_error)?;
     }
     spec.outputs = plans.outputs().to_vec();
-    let mut profiles = settings
-        .kinds()
-        .into_iter()
-        .map(|kind| profile_of(stored, &spec, kind, |p| profile::measure(&plans, &spec, p)))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(graph)?;
-    spec.profile = profiles[0].profile.seed();
     let mut backends = config.backends.clone();
-    let (ort, ort_refused) = match prepare_ort(stored, &spec, settings) {
-        Ok((ort, ort_profiles)) => {
-            profiles.extend(ort_profiles);
-            (ort, None)
-        }
-        Err(error) => {
-            // ONNX Runtime refuses graphs tract serves (operators of old opsets): the
-            // model is served by the other real backend rather than refused.
-            tracing::warn!(model, %error, "ONNX Runtime refuses the model: not on ort devices");
-            backends = Some(without_ort(backends));
-            (None, Some(error.to_string()))
-        }
-    };
+    let (profiles, ort, ort_refused) = profiles(stored, &spec, &plans, settings)?;
+    if ort_refused.is_some() {
+        backends = Some(without_ort(backends));
+    }
+    spec.profile = profiles[0].profile.seed();
     Ok(Registration {
         spec,
         bytes: Arc::clone(&stored.bytes),
@@ -225,6 +217,46 @@ pub fn prepare(
         build,
         profiles,
     })
+}
+
+/// The profile of every kind (cpu kinds first, never empty), with what was prepared for
+/// ONNX Runtime or why it refused the model.
+#[allow(clippy::type_complexity)]
+fn profiles(
+    stored: &StoredModel,
+    spec: &ModelSpec,
+    plans: &Arc<ModelPlans>,
+    settings: &PrepareSettings,
+) -> Result<(Vec<MeasuredKind>, Option<Arc<OrtModel>>, Option<String>), RepositoryError> {
+    let graph = |source: CpuError| RepositoryError::Graph {
+        model: stored.name.clone(),
+        source,
+    };
+    let tract = |kind| profile_of(stored, spec, kind, |p| profile::measure(plans, spec, p));
+    let mut profiles = settings
+        .kinds()
+        .into_iter()
+        .map(tract)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(graph)?;
+    let (ort, refused) = match prepare_ort(stored, spec, settings) {
+        Ok((ort, ort_profiles)) => {
+            profiles.extend(ort_profiles);
+            (ort, None)
+        }
+        Err(error) => {
+            // ONNX Runtime refuses graphs tract serves (operators of old opsets): the
+            // model is served by the other real backend rather than refused.
+            let model = stored.name.as_str();
+            tracing::warn!(model, %error, "ONNX Runtime refuses the model: not on ort devices");
+            (None, Some(error.to_string()))
+        }
+    };
+    if profiles.is_empty() {
+        // Only ort groups, and ONNX Runtime refused the model: tract's is the fallback.
+        profiles.push(tract(settings.cpu_fallback()).map_err(graph)?);
+    }
+    Ok((profiles, ort, refused))
 }
 
 /// The backends a model ONNX Runtime refused may use: those it allowed but `ort`; with
