@@ -372,6 +372,7 @@ fn models(command: ModelsCommand) -> anyhow::Result<()> {
                 settings: PrepareSettings {
                     default_slo: Duration::from_millis(100),
                     threads: vec![threads],
+                    ort_threads: Vec::new(),
                     profiling: clockwork::gpu::cpu::profile::ProfileSettings {
                         runs,
                         ..Default::default()

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::cores::DeviceCount;
 pub use cluster::{ClusterConfig, TOKEN_ENV};
 pub use devices::{
-    BackendKind, CpuConfig, DeviceGroupConfig, ModelConfig, SimConfig, SlowdownConfig,
+    BackendKind, CpuConfig, DeviceGroupConfig, ModelConfig, OrtConfig, SimConfig, SlowdownConfig,
     DEFAULT_CPU_PAGES,
 };
 
@@ -356,14 +356,19 @@ impl Config {
             return invalid("server.front_end_cores must be at least 1");
         }
         for group in &self.devices {
-            if group.backend != BackendKind::Cpu && group.count == DeviceCount::Auto {
-                return invalid("devices: count = \"auto\" is for cpu groups (one per core)");
+            if !group.backend.runs_on_cores() && group.count == DeviceCount::Auto {
+                return invalid(
+                    "devices: count = \"auto\" is for cpu and ort groups (one per core)",
+                );
             }
             if group.backend == BackendKind::Sim && group.profile.is_none() {
                 return invalid("devices: a sim group needs a profile (e.g. profile = \"v100\")");
             }
             if group.cpu.threads == 0 {
                 return invalid("devices.cpu.threads must be at least 1");
+            }
+            if group.ort.threads == 0 {
+                return invalid("devices.ort.threads must be at least 1");
             }
             if !(0.0..=1.0).contains(&group.sim.failure_rate) {
                 return invalid("devices.sim.failure_rate must be within 0..=1");

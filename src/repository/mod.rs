@@ -62,6 +62,12 @@ pub enum RepositoryError {
         #[source]
         source: crate::gpu::cpu::CpuError,
     },
+    #[error("model '{model}': {source}")]
+    Ort {
+        model: String,
+        #[source]
+        source: crate::gpu::ort::OrtError,
+    },
     #[error("no zoo model named '{name}' (the zoo has: {known})", known = zoo::MODELS.join(", "))]
     UnknownZooModel { name: String },
 }

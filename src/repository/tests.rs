@@ -32,6 +32,7 @@ fn quick() -> PrepareSettings {
     PrepareSettings {
         default_slo: Duration::from_millis(100),
         threads: vec![1],
+        ort_threads: Vec::new(),
         profiling: ProfileSettings {
             threads: 1,
             warmup: 1,
@@ -219,4 +220,32 @@ fn each_device_kind_gets_its_own_stored_profile() {
     let mut kinds: Vec<&str> = stored.iter().map(|s| s.kind.as_str()).collect();
     kinds.sort_unstable();
     assert_eq!(kinds, ["cpu", "cpu-2t", "cpu-4t"]);
+}
+
+#[test]
+fn ort_groups_add_their_kinds_and_alone_leave_no_cpu_kind() {
+    let both = PrepareSettings {
+        threads: vec![1],
+        ort_threads: vec![1, 2, 1],
+        ..quick()
+    };
+    let names = |kinds: Vec<(String, ProfileSettings)>| -> Vec<String> {
+        kinds.into_iter().map(|(k, _)| k).collect()
+    };
+    assert_eq!(names(both.kinds()), ["cpu"]);
+    assert_eq!(names(both.ort_kinds()), ["ort", "ort-2t"]);
+    // Only ort groups: the first ort kind is the fallback, no cpu kind is profiled.
+    let alone = PrepareSettings {
+        threads: Vec::new(),
+        ..both
+    };
+    assert!(alone.kinds().is_empty());
+    // No group at all: one single-threaded cpu kind, and nothing for ONNX Runtime.
+    let none = PrepareSettings {
+        threads: Vec::new(),
+        ort_threads: Vec::new(),
+        ..quick()
+    };
+    assert_eq!(names(none.kinds()), ["cpu"]);
+    assert!(none.ort_kinds().is_empty());
 }

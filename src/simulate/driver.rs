@@ -338,7 +338,7 @@ async fn open_loop(
         }
         actix_rt::spawn(sender.request(arrival));
         sent += 1;
-        if sent % 4096 == 0 {
+        if sent.is_multiple_of(4096) {
             bar.set_position(arrival.at / MS);
         }
     }

@@ -181,6 +181,7 @@ impl SimulateArgs {
                 ..SimConfig::default()
             },
             cpu: Default::default(),
+            ort: Default::default(),
         });
         let slo = Some(std::time::Duration::from_nanos(self.params.slo));
         match &self.pipeline {
