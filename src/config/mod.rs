@@ -13,11 +13,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use crate::cores::DeviceCount;
+pub use access::{AuthConfig, TlsConfig, Token};
 pub use devices::{
     BackendKind, CpuConfig, DeviceGroupConfig, ModelConfig, SimConfig, SlowdownConfig,
     DEFAULT_CPU_PAGES,
 };
 
+mod access;
 mod devices;
 
 /// Errors reading the configuration.
@@ -113,6 +115,10 @@ pub struct ServerConfig {
     /// Cores kept for the front end (HTTP workers, decoding, controller) when cpu devices
     /// are pinned one per core: what `count = "auto"` leaves out.
     pub front_end_cores: usize,
+    /// Bearer tokens of the admin and inference routes (`[server.auth]`).
+    pub auth: AuthConfig,
+    /// Certificate and key for HTTPS (`[server.tls]`).
+    pub tls: TlsConfig,
 }
 
 impl ServerConfig {
@@ -135,6 +141,8 @@ impl Default for ServerConfig {
             decode_threads: 0,
             decode_queue: 256,
             front_end_cores: 1,
+            auth: AuthConfig::default(),
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -342,6 +350,8 @@ impl Config {
         if self.server.front_end_cores == 0 {
             return invalid("server.front_end_cores must be at least 1");
         }
+        self.server.auth.validate().map_err(ConfigError::Invalid)?;
+        self.server.tls.files().map_err(ConfigError::Invalid)?;
         for group in &self.devices {
             if group.backend != BackendKind::Cpu && group.count == DeviceCount::Auto {
                 return invalid("devices: count = \"auto\" is for cpu groups (one per core)");
