@@ -135,3 +135,48 @@ async fn every_documented_post_route_is_guarded() {
     assert!(checked >= 4, "only {checked} POST routes documented");
     server.stop().await;
 }
+
+mod cpu_support;
+
+/// A load naming a path, `..`, or a directory that leads out of the repository is refused
+/// with 400 before anything is read; a plain name is still read.
+#[actix_web::test]
+async fn loads_never_read_outside_the_repository() {
+    let root = cpu_support::TempDir::new("api-access-paths");
+    let outside = cpu_support::TempDir::new("api-access-outside");
+    cpu_support::write_broken(outside.path(), "secret");
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(outside.path().join("secret"), root.path().join("escape"))
+        .expect("link");
+    let text = cpu_support::config(root.path(), 1, 64, 16 << 20)
+        .replace("[repository]", "[repository]\nload_all = false");
+    let server = api_support::start_with(&text, Vec::new(), ApiSettings::default()).await;
+    let empty = serde_json::json!({});
+    for name in [
+        "..",
+        "%2E%2E",
+        "..%2Fsecret",
+        "%2Fetc%2Fpasswd",
+        "a%5Cb",
+        "escape",
+    ] {
+        if name == "escape" && cfg!(not(unix)) {
+            continue;
+        }
+        let path = format!("/v2/repository/models/{name}/load");
+        let answer = server.post_json(&path, &empty).await;
+        assert_error(
+            &answer,
+            400,
+            "bad_input",
+            "read only from inside the repository",
+        );
+    }
+    // A plain name is read from the repository (this one is no ONNX model).
+    cpu_support::write_broken(root.path(), "plain");
+    let answer = server
+        .post_json("/v2/repository/models/plain/load", &empty)
+        .await;
+    assert_error(&answer, 400, "load_failed", "plain");
+    server.stop().await;
+}

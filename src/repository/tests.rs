@@ -140,10 +140,18 @@ fn broken_models_are_refused_with_the_reason() {
         repository.read("nope"),
         Err(RepositoryError::NotFound { .. })
     ));
-    assert!(matches!(
-        repository.read("../etc"),
-        Err(RepositoryError::NotFound { .. })
-    ));
+    for name in ["../etc", "..", ".", "/etc", "a\\b", ""] {
+        let err = repository.read(name).unwrap_err();
+        assert!(
+            matches!(err, RepositoryError::Outside { .. }),
+            "{name}: {err}"
+        );
+        let err = repository.pipeline(name).unwrap_err();
+        assert!(
+            matches!(err, RepositoryError::Outside { .. }),
+            "{name}: {err}"
+        );
+    }
     // The good model is unaffected by its neighbours.
     assert!(prepare(&repository.read("mlp").unwrap(), &quick()).is_ok());
 }
@@ -219,4 +227,22 @@ fn each_device_kind_gets_its_own_stored_profile() {
     let mut kinds: Vec<&str> = stored.iter().map(|s| s.kind.as_str()).collect();
     kinds.sort_unstable();
     assert_eq!(kinds, ["cpu", "cpu-2t", "cpu-4t"]);
+}
+
+/// A model directory that is a symbolic link out of the repository is refused, though
+/// its name is plain; a link inside the repository is served.
+#[cfg(unix)]
+#[test]
+fn links_out_of_the_repository_are_refused() {
+    let root = TempRoot::new("links");
+    let outside = TempRoot::new("links-outside");
+    std::fs::create_dir_all(outside.0.join("1")).unwrap();
+    std::fs::create_dir_all(root.0.join("inside/1")).unwrap();
+    std::os::unix::fs::symlink(&outside.0, root.0.join("escape")).unwrap();
+    std::os::unix::fs::symlink(root.0.join("inside"), root.0.join("alias")).unwrap();
+    let repository = Repository::new(&root.0);
+    let err = repository.read("escape").unwrap_err();
+    assert!(matches!(err, RepositoryError::Outside { .. }), "{err}");
+    assert!(err.to_string().contains("outside the repository"), "{err}");
+    assert!(repository.model_dir("alias").is_ok());
 }
