@@ -52,6 +52,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .as_ref()
         .map_or_else(default_workers, |plan| plan.workers);
     let next_worker = Arc::new(AtomicUsize::new(0));
+    let limits = &config.server.connections;
     let server = HttpServer::new(move || {
         // Called once on each worker's thread as it starts: pin it to its front-end core.
         let i = next_worker.fetch_add(1, Ordering::Relaxed);
@@ -62,7 +63,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     })
     .workers(workers)
     .disable_signals()
-    .shutdown_timeout(config.server.shutdown_grace.as_secs().max(1));
+    .shutdown_timeout(config.server.shutdown_grace.as_secs().max(1))
+    .client_request_timeout(limits.request_head_timeout)
+    .keep_alive(limits.keep_alive)
+    .client_disconnect_timeout(limits.disconnect_timeout)
+    .max_connections(limits.max_connections)
+    .max_connection_rate(limits.max_tls_handshakes);
     let https = tls.is_some();
     let server = match tls {
         Some(tls) => server.bind_rustls_0_23(&config.server.listen, tls),

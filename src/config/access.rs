@@ -1,5 +1,6 @@
-//! Who may call the API and over what: `[server.auth]` (bearer tokens) and `[server.tls]`
-//! (a certificate and key for HTTPS).
+//! Who may call the API and over what: `[server.auth]` (bearer tokens), `[server.tls]`
+//! (a certificate and key for HTTPS) and `[server.connections]` (the limits that keep
+//! idle and slow clients from holding the server).
 //!
 //! Tokens are secrets: their `Debug` prints only how many there are, so a logged
 //! configuration (or a panic message holding one) never shows them, and they can come
@@ -8,6 +9,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -112,6 +114,41 @@ impl TlsConfig {
             (None, None) => Ok(None),
             (Some(_), None) => Err("server.tls.cert is set but server.tls.key is not".into()),
             (None, Some(_)) => Err("server.tls.key is set but server.tls.cert is not".into()),
+        }
+    }
+}
+
+/// Limits of the HTTP connections (actix-web's), so that clients that connect and say
+/// nothing, send their headers a byte at a time or keep idle connections open cannot take
+/// the server from others: each is dropped after a bounded time. A slow inference body is
+/// refused by the edge once it cannot be answered in time (`deadline_unreachable`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectionConfig {
+    /// Time a new connection has to deliver its first request's headers, whole; past it
+    /// the server answers 408 and closes it (slow or silent clients).
+    #[serde(with = "humantime_serde")]
+    pub request_head_timeout: Duration,
+    /// How long an idle connection is kept open between requests.
+    #[serde(with = "humantime_serde")]
+    pub keep_alive: Duration,
+    /// Time a client has to close its side after the server closed the connection.
+    #[serde(with = "humantime_serde")]
+    pub disconnect_timeout: Duration,
+    /// Connections each HTTP worker serves at once; more wait in the listen backlog.
+    pub max_connections: usize,
+    /// TLS handshakes each worker runs at once (they cost CPU).
+    pub max_tls_handshakes: usize,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        Self {
+            request_head_timeout: Duration::from_secs(5),
+            keep_alive: Duration::from_secs(5),
+            disconnect_timeout: Duration::from_secs(1),
+            max_connections: 25_000,
+            max_tls_handshakes: 256,
         }
     }
 }

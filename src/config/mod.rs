@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use crate::cores::DeviceCount;
-pub use access::{AuthConfig, TlsConfig, Token};
+pub use access::{AuthConfig, ConnectionConfig, TlsConfig, Token};
 pub use devices::{
     BackendKind, CpuConfig, DeviceGroupConfig, ModelConfig, SimConfig, SlowdownConfig,
     DEFAULT_CPU_PAGES,
@@ -119,6 +119,8 @@ pub struct ServerConfig {
     pub auth: AuthConfig,
     /// Certificate and key for HTTPS (`[server.tls]`).
     pub tls: TlsConfig,
+    /// Timeouts and limits of the HTTP connections (`[server.connections]`).
+    pub connections: ConnectionConfig,
 }
 
 impl ServerConfig {
@@ -143,6 +145,7 @@ impl Default for ServerConfig {
             front_end_cores: 1,
             auth: AuthConfig::default(),
             tls: TlsConfig::default(),
+            connections: ConnectionConfig::default(),
         }
     }
 }
