@@ -127,8 +127,7 @@ pub(super) async fn index(
 /// repository (reading, checking and profiling it first).
 #[utoipa::path(tag = "repository", request_body(content = Option<LoadRequest>), responses(
     (status = 200, description = "loaded"),
-    (status = 400, description = "invalid_json, bad_input (also a name that is a path or \
-        leads out of the repository), load_failed", body = ErrorBody),
+    (status = 400, description = "invalid_json, bad_input, load_failed", body = ErrorBody),
     (status = 401, description = "unauthorized", body = ErrorBody),
     (status = 403, description = "forbidden", body = ErrorBody),
     (status = 404, description = "unknown_model", body = ErrorBody),
