@@ -27,6 +27,17 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // Watch the signals before anything else: a SIGTERM that comes while models are
     // being profiled or the port bound is then a clean shutdown, not a default kill.
     let termination = Termination::watch()?;
+    // Who may call, and over what, before anything slow: a bad certificate stops the
+    // start at once, not after the models are profiled.
+    let auth = config
+        .server
+        .auth
+        .clone()
+        .with_env(|name| std::env::var(name).ok());
+    let tls = match config.server.tls.files().map_err(anyhow::Error::msg)? {
+        Some((cert, key)) => Some(tls::server_config(cert, key)?),
+        None => None,
+    };
     let clock = Clock::start();
     let runtime = RuntimeBuilder::from_config(clock, &config)?
         .placement(Placement::Threads)
@@ -36,12 +47,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         decode_threads: config.server.decoders(),
         decode_queue: config.server.decode_queue,
     };
-    let auth = (config.server.auth.clone()).with_env(|name| std::env::var(name).ok());
     let state = ApiState::new(&runtime, settings)?.with_access(Access::from_config(&auth));
-    let tls = match config.server.tls.files().map_err(anyhow::Error::msg)? {
-        Some((cert, key)) => Some(tls::server_config(cert, key)?),
-        None => None,
-    };
     let cores = runtime.cores.clone();
     // This thread (the system's: timers, the accept loop inherits its mask) belongs to
     // the front end, like the workers below.
