@@ -18,26 +18,7 @@ use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
 use super::metrics::Metrics;
-use crate::config::{AuthConfig, Token};
-
-/// What a guarded route lets its caller do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// Change the server's state: load and unload models.
-    Admin,
-    /// Run inference.
-    Infer,
-}
-
-impl Role {
-    /// Its name in error messages.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Admin => "admin",
-            Role::Infer => "inference",
-        }
-    }
-}
+use crate::config::{AuthConfig, Role, Token};
 
 /// The role a route needs, from its method and its route pattern (`None`: no route
 /// matched; the answer is a 404 that reveals nothing and changes nothing, so it is open).

@@ -11,9 +11,9 @@ use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::access::Role;
 use super::edge::Stage;
 use crate::actors::messages::InferError;
+use crate::config::Role;
 use crate::outcome::Outcome;
 
 /// Why a request got no success.

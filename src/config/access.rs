@@ -37,6 +37,25 @@ impl fmt::Debug for Token {
     }
 }
 
+/// What a token lets its holder do: the two lists of [`AuthConfig`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Change the server's state: load and unload models.
+    Admin,
+    /// Run inference.
+    Infer,
+}
+
+impl Role {
+    /// Its name in error messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Infer => "inference",
+        }
+    }
+}
+
 /// Bearer tokens of the API. A list that is absent (or empty) leaves its routes open.
 ///
 /// Which routes each list guards is decided in one place, `src/api/access.rs`: the admin

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use crate::cores::DeviceCount;
-pub use access::{AuthConfig, ConnectionConfig, TlsConfig, Token};
+pub use access::{AuthConfig, ConnectionConfig, Role, TlsConfig, Token};
 pub use devices::{
     BackendKind, CpuConfig, DeviceGroupConfig, ModelConfig, SimConfig, SlowdownConfig,
     DEFAULT_CPU_PAGES,
