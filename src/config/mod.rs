@@ -14,12 +14,14 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::cores::DeviceCount;
 pub use cluster::{ClusterConfig, TOKEN_ENV};
+pub use access::{AuthConfig, ConnectionConfig, Role, TlsConfig, Token};
 pub use devices::{
     BackendKind, CpuConfig, DeviceGroupConfig, ModelConfig, OrtConfig, SimConfig, SlowdownConfig,
     DEFAULT_CPU_PAGES,
 };
 
 mod cluster;
+mod access;
 mod devices;
 
 /// Errors reading the configuration.
@@ -117,6 +119,12 @@ pub struct ServerConfig {
     /// Cores kept for the front end (HTTP workers, decoding, controller) when cpu devices
     /// are pinned one per core: what `count = "auto"` leaves out.
     pub front_end_cores: usize,
+    /// Bearer tokens of the admin and inference routes (`[server.auth]`).
+    pub auth: AuthConfig,
+    /// Certificate and key for HTTPS (`[server.tls]`).
+    pub tls: TlsConfig,
+    /// Timeouts and limits of the HTTP connections (`[server.connections]`).
+    pub connections: ConnectionConfig,
 }
 
 impl ServerConfig {
@@ -139,6 +147,9 @@ impl Default for ServerConfig {
             decode_threads: 0,
             decode_queue: 256,
             front_end_cores: 1,
+            auth: AuthConfig::default(),
+            tls: TlsConfig::default(),
+            connections: ConnectionConfig::default(),
         }
     }
 }
@@ -355,6 +366,8 @@ impl Config {
         if self.server.front_end_cores == 0 {
             return invalid("server.front_end_cores must be at least 1");
         }
+        self.server.auth.validate().map_err(ConfigError::Invalid)?;
+        self.server.tls.files().map_err(ConfigError::Invalid)?;
         for group in &self.devices {
             if !group.backend.runs_on_cores() && group.count == DeviceCount::Auto {
                 return invalid(

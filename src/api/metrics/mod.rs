@@ -110,7 +110,7 @@ impl Metrics {
             api_errors: counter(
                 &r,
                 "clockwork_request_errors",
-                "Error answers of the inference routes, by error_type",
+                "Error answers of the inference routes (and refused tokens on any route), by error_type",
                 &["error_type"],
             )?,
             events_lost: registered(&r, events_lost)?,
