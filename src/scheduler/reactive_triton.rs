@@ -22,7 +22,7 @@ impl ReactivePolicy {
     pub(super) fn time_out(&mut self, now: Nanos, plan: &mut Plan) {
         for m in &mut self.models {
             let before = m.queue.len();
-            m.queue.retain(|&(request, _, due)| {
+            m.queue.retain(|&(request, _, due, _)| {
                 let keep = due > now;
                 if !keep {
                     plan.answers.push(Answer {
@@ -203,6 +203,7 @@ mod tests {
             arrival: 0,
             slo: 5 * MS,
             latest_finish: None,
+            items: 1,
         };
         p.admit(request, 0, &mut plan);
         // The load (a miss) takes 7 ms: by then the request is past its deadline.
