@@ -103,6 +103,7 @@ fn prepare(root: &std::path::Path) -> anyhow::Result<Vec<ModelSpec>> {
         settings: PrepareSettings {
             default_slo: Duration::from_millis(100),
             threads: vec![1],
+            ort_threads: Vec::new(),
             profiling: clockwork::gpu::cpu::profile::ProfileSettings {
                 runs: 3,
                 warmup: 1,
@@ -336,6 +337,7 @@ fn load_times(reps: u32) -> anyhow::Result<()> {
         settings: PrepareSettings {
             default_slo: Duration::from_millis(100),
             threads: vec![1],
+            ort_threads: Vec::new(),
             profiling: ProfileSettings {
                 runs: 1,
                 warmup: 0,

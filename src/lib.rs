@@ -12,6 +12,7 @@ pub mod model;
 pub mod outcome;
 pub mod pipeline;
 pub mod protocol;
+pub mod remote;
 pub mod report;
 pub mod repository;
 pub mod scheduler;

@@ -33,6 +33,20 @@ enum Command {
         #[arg(long)]
         listen: Option<String>,
     },
+    /// Run this machine's devices for a controller elsewhere (`[cluster] listen` on it):
+    /// dial it, join, and execute what it sends; reconnect when the connection is lost.
+    Worker {
+        /// The controller's worker address, HOST:PORT.
+        #[arg(long)]
+        controller: String,
+        /// Configuration file: `[[devices]]`, `[runtime] page_bytes`, `[cluster] token`
+        /// (the environment's CLOCKWORK_CLUSTER_TOKEN wins). None: one sim device.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Its name in the controller's logs and metrics (default: the host name).
+        #[arg(long)]
+        name: Option<String>,
+    },
     /// Replay a workload through the real actors on emulated devices, in virtual time, for
     /// each policy, and write a report (report.json, report.md, SVG plots).
     Simulate(Box<SimulateCli>),
@@ -151,7 +165,9 @@ struct SimulateCli {
     /// Latency objective of every request, milliseconds.
     #[arg(long, default_value_t = 100.0)]
     slo_ms: f64,
-    /// Policies to compare, comma separated: clockwork, clockwork-nodrop, reactive.
+    /// Policies to compare, comma separated: clockwork, clockwork-nodrop, reactive,
+    /// triton. With --pipeline also the pipeline systems: slopt, slopt-noest,
+    /// slopt-notune, slopt-nodrop, nexus-like, inferline-like, triton-like, even-split.
     #[arg(
         long,
         value_delimiter = ',',
@@ -196,8 +212,9 @@ struct SimulateCli {
     /// cascade: fraction of images the expensive model also runs on.
     #[arg(long, default_value_t = 0.3)]
     escalate: f64,
-    /// The pipeline's budget split: even (batch-1 proportional) or tuned (SLOpt's plan
-    /// from the cascade's estimated rates).
+    /// The pipeline's budget split for the plain policies: even (batch-1 proportional)
+    /// or tuned (SLOpt's plan from the cascade's estimated rates). The pipeline systems
+    /// of --policy bring their own.
     #[arg(long, default_value = "even")]
     budget: BudgetKind,
 }
@@ -214,6 +231,11 @@ fn main() -> ExitCode {
         .init();
     let result = match Cli::parse().command {
         Command::Serve { config, listen } => serve(config, listen),
+        Command::Worker {
+            controller,
+            config,
+            name,
+        } => worker(controller, config, name),
         Command::Simulate(cli) => simulate(*cli),
         Command::Loadgen(cli) => loadgen(*cli),
         Command::Models(command) => models(command),
@@ -233,6 +255,19 @@ fn serve(path: PathBuf, listen: Option<String>) -> anyhow::Result<()> {
         config.server.listen = listen;
     }
     actix_web::rt::System::new().block_on(clockwork::serve::run(config))
+}
+
+fn worker(controller: String, config: Option<PathBuf>, name: Option<String>) -> anyhow::Result<()> {
+    let config = match config {
+        Some(path) => Config::load(&path)?,
+        None => Config::parse("[[devices]]\nbackend = \"sim\"\nprofile = \"v100\"\n")?,
+    };
+    let settings = clockwork::remote::worker::WorkerSettings {
+        controller,
+        name: name.unwrap_or_else(clockwork::remote::worker::host_name),
+        config,
+    };
+    actix_web::rt::System::new().block_on(clockwork::remote::worker::run(settings))
 }
 
 fn simulate(cli: SimulateCli) -> anyhow::Result<()> {
@@ -337,6 +372,7 @@ fn models(command: ModelsCommand) -> anyhow::Result<()> {
                 settings: PrepareSettings {
                     default_slo: Duration::from_millis(100),
                     threads: vec![threads],
+                    ort_threads: Vec::new(),
                     profiling: clockwork::gpu::cpu::profile::ProfileSettings {
                         runs,
                         ..Default::default()

@@ -70,6 +70,10 @@ outcomes! {
     InvalidBody = "invalid_body",
     /// The body exceeds the configured limit.
     PayloadTooLarge = "payload_too_large",
+    /// The route needs a bearer token and the request has none.
+    Unauthorized = "unauthorized",
+    /// The request's bearer token is not one the route accepts.
+    Forbidden = "forbidden",
     /// The device failed the batch it ran in.
     ExecutionFailed = "execution_failed",
 }
@@ -102,7 +106,9 @@ impl Outcome {
                 Class::Refused
             }
             UnknownModel | UnknownVersion | LoadFailed | NotFound | BadInput | InvalidJson
-            | InvalidBinary | InvalidBody | PayloadTooLarge => Class::Rejected,
+            | InvalidBinary | InvalidBody | PayloadTooLarge | Unauthorized | Forbidden => {
+                Class::Rejected
+            }
             ExecutionFailed => Class::Failed,
         }
     }
@@ -124,9 +130,8 @@ impl Outcome {
         match self {
             Ok | Late | DeadlineUnreachable | TimedOut | Withdrawn | ExecutionFailed => true,
             ShuttingDown | UnknownModel | UnknownVersion | ModelUnavailable | LoadFailed
-            | NotFound | BadInput | InvalidJson | InvalidBinary | InvalidBody | PayloadTooLarge => {
-                false
-            }
+            | NotFound | BadInput | InvalidJson | InvalidBinary | InvalidBody | PayloadTooLarge
+            | Unauthorized | Forbidden => false,
         }
     }
 }

@@ -4,6 +4,11 @@
 //! controller stop admitting (new requests are refused as `shutting_down`), lets the HTTP
 //! server finish the requests in flight (each is answered by its deadline at the latest),
 //! then stops the actors.
+//!
+//! It also applies `[server.auth]` (with the tokens of the environment, see
+//! `config::AuthConfig`) and `[server.tls]` (`tls.rs`: HTTPS with rustls).
+
+pub mod tls;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -13,7 +18,7 @@ use anyhow::Context as _;
 
 use crate::actors::messages::Drain;
 use crate::actors::{Placement, RuntimeBuilder};
-use crate::api::{self, ApiSettings, ApiState};
+use crate::api::{self, Access, ApiSettings, ApiState};
 use crate::config::Config;
 use crate::time::Clock;
 
@@ -22,6 +27,17 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // Watch the signals before anything else: a SIGTERM that comes while models are
     // being profiled or the port bound is then a clean shutdown, not a default kill.
     let termination = Termination::watch()?;
+    // Who may call, and over what, before anything slow: a bad certificate stops the
+    // start at once, not after the models are profiled.
+    let auth = config
+        .server
+        .auth
+        .clone()
+        .with_env(|name| std::env::var(name).ok());
+    let tls = match config.server.tls.files().map_err(anyhow::Error::msg)? {
+        Some((cert, key)) => Some(tls::server_config(cert, key)?),
+        None => None,
+    };
     let clock = Clock::start();
     let runtime = RuntimeBuilder::from_config(clock, &config)?
         .placement(Placement::Threads)
@@ -31,7 +47,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         decode_threads: config.server.decoders(),
         decode_queue: config.server.decode_queue,
     };
-    let state = ApiState::new(&runtime, settings)?;
+    let state = ApiState::new(&runtime, settings)?.with_access(Access::from_config(&auth));
+    crate::remote::serve_cluster(&config, &runtime, &state).await?;
     let grpc_state = state.clone();
     let cores = runtime.cores.clone();
     // This thread (the system's: timers, the accept loop inherits its mask) belongs to
@@ -43,6 +60,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .as_ref()
         .map_or_else(default_workers, |plan| plan.workers);
     let next_worker = Arc::new(AtomicUsize::new(0));
+    let limits = &config.server.connections;
     let server = HttpServer::new(move || {
         // Called once on each worker's thread as it starts: pin it to its front-end core.
         let i = next_worker.fetch_add(1, Ordering::Relaxed);
@@ -54,10 +72,20 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     .workers(workers)
     .disable_signals()
     .shutdown_timeout(config.server.shutdown_grace.as_secs().max(1))
-    .bind(&config.server.listen)
+    .client_request_timeout(limits.request_head_timeout)
+    .keep_alive(limits.keep_alive)
+    .client_disconnect_timeout(limits.disconnect_timeout)
+    .max_connections(limits.max_connections)
+    .max_connection_rate(limits.max_tls_handshakes);
+    let https = tls.is_some();
+    let server = match tls {
+        Some(tls) => server.bind_rustls_0_23(&config.server.listen, tls),
+        None => server.bind(&config.server.listen),
+    }
     .with_context(|| format!("cannot listen on {}", config.server.listen))?;
+    let guarded = [&auth.admin_tokens, &auth.infer_tokens].map(|t| t.as_ref().map_or(0, Vec::len));
     for address in server.addrs() {
-        tracing::info!(%address, devices = runtime.executors.len(), models = runtime.models.len(), "listening");
+        tracing::info!(%address, https, admin_tokens = guarded[0], infer_tokens = guarded[1], devices = runtime.executors.len(), models = runtime.models.len(), "listening");
     }
     let grpc = match &config.server.grpc_listen {
         Some(address) => Some(start_grpc(grpc_state, address)?),

@@ -103,11 +103,13 @@ fn answerable() -> Vec<(&'static str, Vec<Outcome>)> {
                 LoadFailed,
                 UnknownModel,
                 ShuttingDown,
+                Unauthorized,
+                Forbidden,
             ],
         ),
         (
             "/v2/repository/models/{model}/unload",
-            vec![InvalidJson, BadInput, UnknownModel],
+            vec![InvalidJson, BadInput, UnknownModel, Unauthorized, Forbidden],
         ),
     ]
 }

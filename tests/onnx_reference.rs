@@ -16,73 +16,18 @@
 
 mod cpu_support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use clockwork::actors::Runtime;
 use clockwork::model::{ModelSpec, TensorSpec};
 use clockwork::tensor::Tensor;
+use cpu_support::reference::{data_root, put, repo_name, CONVERTED, LIGHT};
 use cpu_support::{assert_close, config, from_tract, infer, start, TempDir};
 use tract_onnx::data_resolver::FopenDataResolver;
 use tract_onnx::tensor::{load_tensor, proto_from_reader};
 
-/// Real architectures: inputs are generated as onnx's runner does, outputs stored.
-const LIGHT: &[(&str, f32)] = &[
-    ("squeezenet", 1e-3),
-    ("resnet50", 1e-3),
-    ("inception_v1", 1e-3),
-    ("densenet121", 2e-3),
-    ("shufflenet", 1e-3),
-];
-
-/// Operator tests exported from PyTorch, with stored inputs and outputs.
-const CONVERTED: &[&str] = &[
-    "pytorch-converted/test_Conv2d",
-    "pytorch-converted/test_Conv2d_groups",
-    "pytorch-converted/test_Conv2d_depthwise_strided",
-    "pytorch-converted/test_ConvTranspose2d",
-    "pytorch-converted/test_Linear",
-    "pytorch-converted/test_BatchNorm2d_eval",
-    "pytorch-converted/test_MaxPool2d",
-    "pytorch-converted/test_AvgPool2d",
-    "pytorch-converted/test_PReLU_2d",
-    "pytorch-converted/test_Softmax",
-    "pytorch-converted/test_Embedding",
-    "pytorch-converted/test_GLU",
-    "pytorch-operator/test_operator_addmm",
-    "pytorch-operator/test_operator_conv",
-    "pytorch-operator/test_operator_maxpool",
-    "pytorch-operator/test_operator_reduced_mean_keepdim",
-];
-
 /// A model the cpu backend cannot serve (string tensors): refused, never fatal.
 const UNSERVABLE: &str = "simple/test_strnorm_model_monday_casesensintive_lower";
-
-fn data_root() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let data = root.join("target/onnx-testdata/onnx/backend/test/data");
-    if !data.join("light").is_dir() {
-        let status = Command::new(root.join("scripts/onnx_testdata.sh"))
-            .status()
-            .expect("run scripts/onnx_testdata.sh");
-        assert!(
-            status.success(),
-            "scripts/onnx_testdata.sh failed: the onnx wheel comes from PyPI"
-        );
-    }
-    data
-}
-
-/// A repository name for a test case.
-fn repo_name(case: &str) -> String {
-    case.rsplit('/').next().unwrap_or(case).to_lowercase()
-}
-
-fn put(root: &Path, name: &str, model: &Path) {
-    let dir = root.join(name).join("1");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(model, dir.join("model.onnx")).unwrap();
-}
 
 fn read_pb(path: &Path) -> tract_onnx::prelude::Tensor {
     let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

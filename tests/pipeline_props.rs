@@ -9,15 +9,20 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use clockwork::config::PolicyConfig;
+use clockwork::config::{PolicyConfig, PolicyName};
 use clockwork::model::{BatchLatency, DataType, ModelId, ModelProfile, RequestId, TensorSpec};
-use clockwork::pipeline::budget::Proportional;
+use clockwork::pipeline::budget::{Budget, Proportional};
 use clockwork::pipeline::decl::StageDecl;
 use clockwork::pipeline::run::{Answered, Failure, Run, Step, SubId};
 use clockwork::pipeline::{validate, FanOut, Pipeline, PipelineDecl, StageModel};
 use clockwork::scheduler::testbed::{Driver, Reaction, Testbed};
 use clockwork::scheduler::view::projected_wait;
-use clockwork::scheduler::{ClockworkPolicy, DeviceInfo, ModelInfo, Policy, Request, Verdict};
+use clockwork::scheduler::{
+    ClockworkPolicy, DeviceInfo, ModelInfo, Policy, ReactivePolicy, Request, Verdict,
+};
+use clockwork::slopt::planner::TunedBudget;
+use clockwork::slopt::systems::{DropRule, System};
+use clockwork::slopt::tune::StageLoad;
 use clockwork::tensor::Tensor;
 use clockwork::time::{Nanos, MS, US};
 use proptest::prelude::*;
@@ -154,8 +159,16 @@ struct Harness {
     /// Judge each root's first stage by the policy's views of the stages below
     /// (earliest-stage drop, `Run::with_costs`).
     backlog: bool,
+    /// How stage deadlines are set.
+    budget: Arc<dyn Budget>,
+    /// What the policy is told of each sub-request's latest useful finish.
+    drop: DropRule,
     /// Roots some of whose sub-requests were planned into a batch.
     worked: HashSet<u64>,
+    /// Sub-requests completed after their stage deadline.
+    late_subs: usize,
+    /// Each sub-request's stage deadline.
+    stage_due: HashMap<RequestId, Nanos>,
 }
 
 impl Harness {
@@ -180,13 +193,17 @@ impl Harness {
             self.next_request += 1;
             let id = RequestId(self.next_request);
             self.subs.insert(id, (root, sub.sub));
+            self.stage_due.insert(id, sub.deadline);
             self.requests.insert((root, sub.sub), id);
             reaction.submit.push(Request {
                 id,
                 model: ModelId(sub.stage as u32),
                 arrival: now,
                 slo: sub.deadline.saturating_sub(now),
-                latest_finish: Some(self.runs[&root].deadline().saturating_sub(sub.downstream)),
+                latest_finish: Some({
+                    let due = self.runs[&root].deadline();
+                    due.saturating_sub(self.drop.downstream(due, sub.deadline, sub.downstream))
+                }),
                 items: 1,
             });
         }
@@ -225,7 +242,7 @@ impl Driver for Harness {
             let root = self.next_root;
             let mut run = Run::new(
                 Arc::clone(&self.pipeline),
-                Arc::new(Proportional),
+                Arc::clone(&self.budget),
                 root,
                 arrival + slo,
             );
@@ -251,7 +268,10 @@ impl Driver for Harness {
             return reaction;
         };
         let result = match verdict {
-            Verdict::Completed { .. } => Ok(self.outputs(request)),
+            Verdict::Completed { .. } => {
+                self.late_subs += usize::from(now > self.stage_due[&request]);
+                Ok(self.outputs(request))
+            }
             Verdict::Refused(r) => Err(Failure {
                 outcome: r.outcome(),
                 message: r.to_string(),
@@ -287,8 +307,56 @@ fn check(s: &Scenario, factor: f64) -> Result<Harness, TestCaseError> {
 }
 
 fn check_with(s: &Scenario, factor: f64, backlog: bool) -> Result<Harness, TestCaseError> {
+    let policy = ClockworkPolicy::new(&PolicyConfig::default());
+    let drop = DropRule::Adaptive { earliest: backlog };
+    run_system(s, factor, policy, Arc::new(Proportional), drop)
+}
+
+/// Runs `system` (its policy, its split for the scenario's mean root rate, its drop rule).
+fn check_system(s: &Scenario, factor: f64, system: System) -> Result<Harness, TestCaseError> {
+    let parts = system.parts();
+    let pipeline = pipeline(s);
+    let budget: Arc<dyn Budget> = match parts.tuning {
+        None => Arc::new(Proportional),
+        Some(tuned) => {
+            let span = s.roots.iter().map(|r| r.0).sum::<u64>().max(1) * US;
+            let rate = s.roots.len() as f64 * 1e9 / span as f64;
+            let loads: Vec<StageLoad> = (0..s.latency.len())
+                .map(|i| StageLoad {
+                    parent: pipeline.stages[i].parent,
+                    profile: profile(s.latency[i]).batches,
+                    rate,
+                })
+                .collect();
+            let budget = TunedBudget::new(&pipeline);
+            // No plan fits: the tuned budget keeps its batch-1 weights, as a pipeline does.
+            if let Ok(plan) = tuned.planner.split.solve(&loads, 98 * MS, 200) {
+                budget.set(&plan);
+            }
+            Arc::new(budget)
+        }
+    };
     let config = PolicyConfig::default();
-    let mut policy = ClockworkPolicy::new(&config);
+    match parts.policy {
+        PolicyName::Triton => run_system(
+            s,
+            factor,
+            ReactivePolicy::new(&config).triton(),
+            budget,
+            parts.drop,
+        ),
+        _ => run_system(s, factor, ClockworkPolicy::new(&config), budget, parts.drop),
+    }
+}
+
+fn run_system<P: Policy>(
+    s: &Scenario,
+    factor: f64,
+    mut policy: P,
+    budget: Arc<dyn Budget>,
+    drop: DropRule,
+) -> Result<Harness, TestCaseError> {
+    let config = PolicyConfig::default();
     let devices = vec![40u32; s.devices];
     for &pages in &devices {
         policy.add_device(DeviceInfo {
@@ -327,8 +395,12 @@ fn check_with(s: &Scenario, factor: f64, backlog: bool) -> Result<Harness, TestC
         next_root: 0,
         answers: HashMap::new(),
         violations: Vec::new(),
-        backlog,
+        backlog: drop.earliest(),
+        budget,
+        drop,
         worked: HashSet::new(),
+        late_subs: 0,
+        stage_due: HashMap::new(),
     };
     let mut testbed =
         Testbed::new(policy, &devices, models, config.max_batch as usize).with_factor(factor);
@@ -382,18 +454,53 @@ proptest! {
     }
 }
 
-/// (roots answered in time, roots refused, refused roots some stage had already worked
-/// for) of an overloaded two-stage cascade on one device: a 3 ms first stage whose
-/// answers fan out to 0..=3 requests of a 1.5 ms second stage, roots at about 1.5 times
-/// what the device serves, 40 ms objectives, exact estimates.
-fn overloaded_cascade(backlog: bool) -> (usize, usize, usize) {
-    let s = Scenario {
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+    /// Every system of `simulate --pipeline` (its policy, split and drop rule): one
+    /// answer per root and no stage work for a root already refused; with exact
+    /// estimates no root late, except with `triton-like`, a baseline with no deadline
+    /// planning (its only drop is a timeout); with the stage-deadline drop no sub-request
+    /// served past its stage's deadline.
+    /// Mutations that break it: `DropRule::downstream` giving `StageDeadline` the R_v of
+    /// the adaptive drop (sub-requests kept past their stage deadlines); the Triton-like
+    /// `time_out` dropping a request without answering it (a root unanswered).
+    #[test]
+    fn every_system_one_answer_per_root_and_none_late_where_promised(s in scenario()) {
+        for system in System::ALL {
+            let harness = check_system(&s, 1.0, system)?;
+            if system == System::TritonLike {
+                continue;
+            }
+            if system.parts().drop == DropRule::StageDeadline {
+                prop_assert_eq!(harness.late_subs, 0, "{}: sub-requests past their stage deadline", system);
+            }
+            for (root, (at, _, deadline)) in &harness.answers {
+                prop_assert!(at <= deadline, "{}: root {} answered at {} after its deadline {}", system, root, at, deadline);
+            }
+        }
+    }
+}
+
+/// A two-stage cascade on one device: a 3 ms first stage whose answers fan out to 0..=3
+/// requests of a 1.5 ms second stage, roots at about 1.5 times what the device serves,
+/// 40 ms objectives.
+fn overloaded() -> Scenario {
+    Scenario {
         tree: vec![(0, 1)],
         latency: vec![3_000, 1_500],
         max_rows: 3,
         roots: vec![(1_500, 40); 800],
         devices: 1,
-    };
+    }
+}
+
+/// (roots answered in time, roots refused, refused roots some stage had already worked
+/// for) of an overloaded two-stage cascade on one device: a 3 ms first stage whose
+/// answers fan out to 0..=3 requests of a 1.5 ms second stage, roots at about 1.5 times
+/// what the device serves, 40 ms objectives, exact estimates.
+fn overloaded_cascade(backlog: bool) -> (usize, usize, usize) {
+    let s = overloaded();
     let harness = check_with(&s, 1.0, backlog).expect("bookkeeping holds");
     let refused: Vec<u64> = harness
         .answers
@@ -411,6 +518,28 @@ fn overloaded_cascade(backlog: bool) -> (usize, usize, usize) {
         .filter(|(at, refused, deadline)| !refused && at <= deadline)
         .count();
     (in_time, refused.len(), wasted)
+}
+
+/// The stage-deadline drop (`nexus-like`, `slopt-nodrop`, ...) serves no sub-request past
+/// its stage's deadline, where the adaptive drop keeps some past it (they can still make
+/// their root): on the overloaded cascade, exact estimates.
+/// Mutation that breaks it: `DropRule::downstream` giving `StageDeadline` the adaptive
+/// drop's R_v.
+#[test]
+fn the_stage_deadline_drop_keeps_to_stage_deadlines() {
+    let s = overloaded();
+    let late = |drop| {
+        let policy = ClockworkPolicy::new(&PolicyConfig::default());
+        let harness =
+            run_system(&s, 1.0, policy, Arc::new(Proportional), drop).expect("bookkeeping holds");
+        harness.late_subs
+    };
+    let adaptive = late(DropRule::Adaptive { earliest: false });
+    assert!(
+        adaptive > 0,
+        "the adaptive drop kept none past its stage deadline"
+    );
+    assert_eq!(late(DropRule::StageDeadline), 0);
 }
 
 /// Earliest-stage drop: under overload, judging a root's first stage by the queues below

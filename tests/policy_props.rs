@@ -82,7 +82,17 @@ fn run(scenario: &Scenario, factor: f64) -> Report {
     )
 }
 
-fn run_policy<P: Policy>(mut policy: P, scenario: &Scenario, factor: f64) -> Report {
+fn run_policy<P: Policy>(policy: P, scenario: &Scenario, factor: f64) -> Report {
+    run_removing(policy, scenario, factor, None)
+}
+
+/// Runs the scenario; `removed`: (device, when) a device is taken away, as a lost worker.
+fn run_removing<P: Policy>(
+    mut policy: P,
+    scenario: &Scenario,
+    factor: f64,
+    removed: Option<(usize, Nanos)>,
+) -> Report {
     let config = PolicyConfig::default();
     for &pages in &scenario.devices {
         policy.add_device(DeviceInfo {
@@ -106,6 +116,9 @@ fn run_policy<P: Policy>(mut policy: P, scenario: &Scenario, factor: f64) -> Rep
         max_batch,
     )
     .with_factor(factor);
+    if let Some((device, at)) = removed {
+        testbed = testbed.remove_at(device, at);
+    }
     testbed.run(scenario.requests.iter().copied())
 }
 
@@ -212,6 +225,32 @@ proptest! {
         memory_mirrored(&report)?;
         prop_assert!(report.violations.is_empty(), "{:?}", report.violations);
         prop_assert_eq!(answered(&report), scenario.requests.len());
+    }
+
+    /// A device taken away mid-run (its worker lost, `Policy::remove_device`): nothing is
+    /// planned on it afterwards, every request is still answered exactly once (those of
+    /// its batches re-planned on the others or refused), none late with exact estimates,
+    /// none failed. The reactive baseline keeps the one-answer promise too, while a device
+    /// is left (it never refuses: with no device at all its requests wait for one).
+    #[test]
+    fn a_device_removed_mid_run_breaks_no_promise(
+        scenario in scenario(),
+        which in 0usize..4,
+        at_us in 0u64..400_000,
+    ) {
+        let removed = Some((which % scenario.devices.len(), at_us * US));
+        let config = PolicyConfig::default();
+        let report = run_removing(ClockworkPolicy::new(&config), &scenario, 1.0, removed);
+        memory_mirrored(&report)?;
+        prop_assert!(report.violations.is_empty(), "{:?}", report.violations);
+        prop_assert_eq!(report.late, 0, "{:?}", report);
+        prop_assert_eq!(report.failed, 0, "{:?}", report);
+        prop_assert_eq!(answered(&report), scenario.requests.len());
+        if scenario.devices.len() > 1 {
+            let report = run_removing(ReactivePolicy::new(&config), &scenario, 1.0, removed);
+            prop_assert!(report.violations.is_empty(), "{:?}", report.violations);
+            prop_assert_eq!(answered(&report), scenario.requests.len());
+        }
     }
 
     /// The baselines keep the same bookkeeping promises: one answer per request, memory

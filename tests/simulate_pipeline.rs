@@ -182,3 +182,33 @@ fn bad_pipeline_flags_are_named() {
     let err = cli(&["--pipeline", "traffic", "--fanout-var", "0"]);
     assert!(err.contains("--fanout-var"), "{err}");
 }
+
+/// The pipeline systems run side by side in one report, a row each on the same arrivals;
+/// a system's name is refused without `--pipeline` (it means nothing for models).
+#[test]
+fn every_pipeline_system_runs_side_by_side() {
+    use clockwork::slopt::systems::System;
+    let mut a = args(BuiltinPipeline::Cascade, 200.0, "systems");
+    a.params.duration = 1_000 * MS;
+    a.policies = System::ALL.iter().map(|s| s.to_string()).collect();
+    let report = simulate::run(&a).unwrap();
+    let _ = std::fs::remove_dir_all(&a.out);
+    let names: Vec<&str> = report.policies.iter().map(|p| p.policy.as_str()).collect();
+    assert_eq!(names, System::ALL.map(System::as_str));
+    let offered = report.policies[0].offered;
+    for p in &report.policies {
+        assert_eq!(p.offered, offered, "{}: the same arrivals", p.policy);
+        let refused: u64 = p.refused.values().sum();
+        assert_eq!(
+            p.ok_in_slo + p.late + refused + p.failed,
+            offered,
+            "{}",
+            p.policy
+        );
+    }
+    let mut models = args(BuiltinPipeline::Traffic, 10.0, "no-pipeline");
+    models.pipeline = None;
+    models.params.models = 2;
+    models.policies = vec!["slopt".into()];
+    assert!(simulate::run(&models).is_err());
+}

@@ -3,7 +3,11 @@
 # driven from outside by an open-loop Poisson client (bench/edge/client.py) and by
 # Triton's perf_analyzer. See bench/edge/README.md.
 #
-#   bench/edge/run.sh [--bin PATH] [--config FILE] [--devices N|auto] [--duration S] [--out DIR]
+#   bench/edge/run.sh [--bin PATH] [--config FILE] [--devices N|auto] [--backend cpu|ort]
+#                     [--duration S] [--out DIR]
+#
+# --backend ort turns the configuration's cpu groups into ort groups (ONNX Runtime, the
+# library from scripts/onnxruntime.sh unless ORT_DYLIB_PATH names one).
 #
 # Prints a markdown table (client-side goodput, late, refused, p50/p99, refusal p99) for
 # 0.25x .. 2x of the measured capacity, JSON and binary bodies, and whether perf_analyzer
@@ -17,6 +21,7 @@ devices=""
 duration=10
 out=""
 config=config.toml
+backend=cpu
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bin=$2; shift 2 ;;
@@ -24,6 +29,7 @@ while [ $# -gt 0 ]; do
         --duration) duration=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         --config) config=$2; shift 2 ;;
+        --backend) backend=$2; shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -61,6 +67,14 @@ sed -e "s|^listen = .*|listen = \"127.0.0.1:$port\"|" \
 if [ -n "$devices" ]; then
     [ "$devices" = auto ] && devices='"auto"'
     sed -i "s|^count = .*|count = $devices|" "$work/config.toml"
+fi
+if [ "$backend" = ort ]; then
+    sed -i -e 's|^backend = "cpu"|backend = "ort"|' -e 's|^\[devices.cpu\]|[devices.ort]|' \
+        "$work/config.toml"
+    if [ -z "${ORT_DYLIB_PATH:-}" ]; then
+        ORT_DYLIB_PATH=$(scripts/onnxruntime.sh)
+        export ORT_DYLIB_PATH
+    fi
 fi
 url=http://127.0.0.1:$port
 RUST_LOG=info "$bin" serve --config "$work/config.toml" > "$out/server.log" 2>&1 &

@@ -2,8 +2,11 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${OUT:-$ROOT/target/experiments}"
-cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml" --bin clockwork
-CLOCKWORK="$ROOT/target/release/clockwork"
+# CLOCKWORK=path/to/clockwork uses that binary instead of building one into target/.
+if [[ -z "${CLOCKWORK:-}" ]]; then
+  cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml" --bin clockwork
+  CLOCKWORK="$ROOT/target/release/clockwork"
+fi
 simulate() { "$CLOCKWORK" simulate --quiet "$@" > /dev/null; }
 summarize() { python3 "$ROOT/bench/simulate/summarize.py" "$@"; }
 

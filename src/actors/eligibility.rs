@@ -118,6 +118,23 @@ pub fn eligible_devices(
     Ok((fitting.len() < devices.len()).then_some(fitting))
 }
 
+/// Whether one device may hold `model` (its backend allows it and the weights fit): the
+/// rule for a device that joins after the model was registered (a remote worker's).
+pub fn device_allows(model: ModelFacts<'_>, device: &DeviceFacts) -> bool {
+    backend_allows(model, device) && device.pages >= model.pages
+}
+
+/// The devices that may hold `model` now, when more may join later (a controller that
+/// accepts remote workers): never an error, the model waits for a device that fits.
+pub fn eligible_devices_open(model: ModelFacts<'_>, devices: &[DeviceFacts]) -> Vec<DeviceId> {
+    devices
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| device_allows(model, d))
+        .map(|(i, _)| DeviceId(i as u32))
+        .collect()
+}
+
 fn backend_allows(model: ModelFacts<'_>, device: &DeviceFacts) -> bool {
     let named = match (model.backends, device.backend) {
         // Real graphs are computed for real unless emulation is asked for.

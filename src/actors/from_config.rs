@@ -11,9 +11,10 @@ use crate::config::{
 use crate::cores::{self, Core, CorePlan, Machine};
 use crate::gpu::cpu::profile::ProfileSettings;
 use crate::gpu::cpu::{CpuDevice, CpuSettings};
+use crate::gpu::ort::{self, OrtDevice, OrtSettings};
 use crate::gpu::profiles;
 use crate::gpu::sim::{SimDevice, SimSettings};
-use crate::gpu::thread::DeviceThread;
+use crate::gpu::thread::{BlockingDevice, DeviceThread};
 use crate::gpu::Backend;
 use crate::repository::{zoo, PrepareSettings, Registration, Repository, RepositorySource};
 use crate::time::{nanos, Clock};
@@ -24,32 +25,17 @@ impl RuntimeBuilder {
         let settings = super::ControllerSettings {
             watchdog_grace: nanos(config.server.watchdog_grace),
             shutdown_grace: nanos(config.server.shutdown_grace),
+            wait_for_devices: config.cluster.wait_for_devices,
         };
         let mut builder = Self::new(clock, config.policy.clone())
             .runtime(config.runtime.clone())
             .controller_settings(settings);
-        let cores = core_plan(config);
-        let mut cpu_devices = 0;
-        let mut cpu_groups = 0;
-        for group in &config.devices {
-            let count = match (group.backend, group.count, &cores) {
-                (BackendKind::Cpu, _, Some(plan)) => plan.counts[cpu_groups],
-                (_, DeviceCount::Fixed(count), _) => count,
-                // `validate` admits `auto` only in cpu groups, which always have a plan.
-                (_, DeviceCount::Auto, _) => 1,
-            };
-            for i in 0..count {
-                let core = match (group.backend, &cores) {
-                    (BackendKind::Cpu, Some(plan)) => plan.devices[cpu_devices + i as usize],
-                    _ => None,
-                };
-                let backend = device(clock, group, i, builder.devices.len(), core)?;
-                builder = builder.configured_device(Some(group.backend), backend);
-            }
-            if group.backend == BackendKind::Cpu {
-                cpu_groups += 1;
-                cpu_devices += count as usize;
-            }
+        if config.cluster.listen.is_some() {
+            builder = builder.open_to_workers();
+        }
+        let (devices, cores) = devices_from_config(clock, config)?;
+        for (kind, backend) in devices {
+            builder = builder.configured_device(Some(kind), backend);
         }
         builder.cores = cores;
         for model in &config.models {
@@ -82,7 +68,8 @@ impl RuntimeBuilder {
             repository: Repository::new(&repository.path),
             settings: PrepareSettings {
                 default_slo: config.runtime.default_slo,
-                threads: cpu_threads(config),
+                threads: threads_of(config, BackendKind::Cpu),
+                ort_threads: threads_of(config, BackendKind::Ort),
                 profiling: ProfileSettings {
                     warmup: repository.profile_warmup,
                     runs: repository.profile_runs,
@@ -129,13 +116,50 @@ impl RuntimeBuilder {
     }
 }
 
-/// Which cores the cpu devices and the front end get, said in the log; `None` without
-/// cpu devices (emulated devices wait on the clock, they need no core of their own).
+/// A device built from the configuration, with the backend it was configured as.
+pub type ConfiguredDevice = (BackendKind, Box<dyn Backend>);
+
+/// The configured devices (`[[devices]]`), each with its backend kind, and the cores
+/// they run on: the runtime's, and a remote worker's (`crate::remote::worker`).
+pub fn devices_from_config(
+    clock: Clock,
+    config: &Config,
+) -> Result<(Vec<ConfiguredDevice>, Option<CorePlan>), StartError> {
+    let cores = core_plan(config);
+    let mut devices = Vec::new();
+    let mut cpu_devices = 0;
+    let mut cpu_groups = 0;
+    for group in &config.devices {
+        let on_cores = group.backend.runs_on_cores();
+        let count = match (on_cores, group.count, &cores) {
+            (true, _, Some(plan)) => plan.counts[cpu_groups],
+            (_, DeviceCount::Fixed(count), _) => count,
+            // `validate` admits `auto` only in groups on cores, which have a plan.
+            (_, DeviceCount::Auto, _) => 1,
+        };
+        for i in 0..count {
+            let core = match (on_cores, &cores) {
+                (true, Some(plan)) => plan.devices[cpu_devices + i as usize],
+                _ => None,
+            };
+            let backend = device(clock, group, i, devices.len(), core)?;
+            devices.push((group.backend, backend));
+        }
+        if on_cores {
+            cpu_groups += 1;
+            cpu_devices += count as usize;
+        }
+    }
+    Ok((devices, cores))
+}
+
+/// Which cores the cpu and ort devices and the front end get, said in the log; `None`
+/// without such devices (emulated devices wait on the clock, they need no core of their own).
 fn core_plan(config: &Config) -> Option<CorePlan> {
     let counts: Vec<DeviceCount> = config
         .devices
         .iter()
-        .filter(|g| g.backend == BackendKind::Cpu)
+        .filter(|g| g.backend.runs_on_cores())
         .map(|g| g.count)
         .collect();
     if counts.is_empty() {
@@ -187,24 +211,52 @@ fn device(
                 threads: group.cpu.threads,
             };
             let name = format!("cpu-device-{index}");
-            let thread = DeviceThread::spawn_pinned(name.clone(), CpuDevice::new(settings), core)
-                .map_err(|e| StartError::Device {
-                name,
-                message: e.to_string(),
-            })?;
-            Ok(Box::new(thread))
+            spawn(name, CpuDevice::new(settings), core)
+        }
+        BackendKind::Ort => {
+            let name = format!("ort-device-{index}");
+            let failed = |message: String| StartError::Device {
+                name: name.clone(),
+                message,
+            };
+            // Loads the library (the group's, else ORT_DYLIB_PATH) or says how to get it.
+            ort::library::environment(group.ort.library.as_deref())
+                .map_err(|e| failed(e.to_string()))?;
+            let settings = OrtSettings {
+                pages: group.pages.unwrap_or(DEFAULT_CPU_PAGES),
+                threads: group.ort.threads,
+            };
+            let device = OrtDevice::new(settings).map_err(|e| failed(e.to_string()))?;
+            spawn(name, device, core)
         }
     }
 }
 
-/// The threads of every cpu group, in order: models are profiled once per distinct count
-/// (each is a device kind of its own), as those devices run.
-fn cpu_threads(config: &Config) -> Vec<usize> {
+/// A real device on a thread of its own, pinned to `core` if it has one.
+fn spawn(
+    name: String,
+    device: impl BlockingDevice,
+    core: Option<Core>,
+) -> Result<Box<dyn Backend>, StartError> {
+    let thread =
+        DeviceThread::spawn_pinned(name.clone(), device, core).map_err(|e| StartError::Device {
+            name,
+            message: e.to_string(),
+        })?;
+    Ok(Box::new(thread))
+}
+
+/// The threads of every group of `backend` (cpu or ort), in order: models are profiled
+/// once per distinct count (each is a device kind of its own), as those devices run.
+fn threads_of(config: &Config, backend: BackendKind) -> Vec<usize> {
     config
         .devices
         .iter()
-        .filter(|g| g.backend == BackendKind::Cpu)
-        .map(|g| g.cpu.threads)
+        .filter(|g| g.backend == backend)
+        .map(|g| match backend {
+            BackendKind::Ort => g.ort.threads,
+            _ => g.cpu.threads,
+        })
         .collect()
 }
 

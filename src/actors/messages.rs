@@ -257,6 +257,8 @@ pub struct ControllerSnapshot {
     pub admitted: u64,
     pub answered: u64,
     pub draining: bool,
+    /// Fewer devices have joined than `[cluster] wait_for_devices`: not ready yet.
+    pub waiting_for_devices: bool,
     pub policy: PolicySnapshot,
 }
 

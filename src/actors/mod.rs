@@ -14,7 +14,7 @@
 /// Messages an actor's mailbox holds before `send` waits. `do_send` (actions, reports)
 /// ignores it; it only slows callers that outrun the controller by this much.
 /// (Not `usize::MAX`: actix adds the sender count to it.)
-const MAILBOX: usize = 1 << 16;
+pub(crate) const MAILBOX: usize = 1 << 16;
 
 pub mod admission;
 mod controller;
@@ -30,8 +30,11 @@ pub mod registry;
 mod runtime;
 pub mod watchdog;
 
-pub use controller::{Controller, ControllerParts, ControllerSettings};
+pub use controller::{
+    Controller, ControllerParts, ControllerSettings, DeviceLag, Join, JoiningDevice, Leave,
+};
 pub use executor::{Executor, ExecutorLinks};
+pub use from_config::devices_from_config;
 pub use model_cache::ModelCache;
 pub use registry::{ModelTable, Registered};
 pub use runtime::{Placement, Runtime, RuntimeBuilder, StartError};

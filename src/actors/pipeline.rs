@@ -26,7 +26,8 @@ use crate::pipeline::budget::{Budget, Proportional};
 use crate::pipeline::run::{Answered, Failure, Missing, Run, Step};
 use crate::pipeline::Pipeline;
 use crate::scheduler::view::projected_wait;
-use crate::slopt::planner::Tuning;
+use crate::slopt::systems::{DropRule, Tuned};
+use crate::slopt::tuning::Tuning;
 use crate::tensor::{check_tensors, Tensor};
 use crate::time::{Clock, Nanos};
 
@@ -104,6 +105,8 @@ pub struct PipelineActor {
     floors: Vec<u32>,
     /// Where the stages' queues are read for the earliest-stage drop; `None`: not judged.
     backlog: Option<Backlog>,
+    /// What the policy is told a sub-request's latest useful finish is.
+    drop: DropRule,
 }
 
 /// Where the pipeline actor reads its stages' queues, for the earliest-stage drop (see
@@ -222,6 +225,7 @@ impl PipelineActor {
                 controller,
                 floors: Vec::new(),
                 backlog: None,
+                drop: DropRule::Adaptive { earliest: true },
             }
         }
     }
@@ -229,10 +233,28 @@ impl PipelineActor {
     /// Plans with SLOpt (`crate::slopt`): stage deadlines from the tuned plan, fed by
     /// the roots' arrivals and the fan-outs. `profiles`: each stage model's batch
     /// latencies, in stage order.
-    pub fn tuned(mut self, profiles: Vec<Vec<crate::model::BatchLatency>>) -> Self {
-        let tuning = Tuning::new(&self.pipeline, profiles);
+    pub fn tuned(self, profiles: Vec<Vec<crate::model::BatchLatency>>) -> Self {
+        self.tuned_with(profiles, Tuned::slopt(), None)
+    }
+
+    /// Plans as `tuned` says (a baseline's or an ablation's planning); `offline`: the
+    /// roots' rate known ahead, for the planners that plan on a sample of the trace.
+    pub fn tuned_with(
+        mut self,
+        profiles: Vec<Vec<crate::model::BatchLatency>>,
+        tuned: Tuned,
+        offline: Option<f64>,
+    ) -> Self {
+        let tuning = Tuning::with(&self.pipeline, profiles, tuned, offline);
         self.budget = tuning.budget();
         self.tuning = Some(tuning);
+        self
+    }
+
+    /// Tells the policy each sub-request's latest useful finish by `drop` (default: the
+    /// adaptive batch drop's R_v).
+    pub fn with_drop(mut self, drop: DropRule) -> Self {
+        self.drop = drop;
         self
     }
 
@@ -267,9 +289,10 @@ impl PipelineActor {
             group: GroupId(id),
             downstream: 0,
         };
+        let now = self.clock.now();
         for (stage, count) in step.fan_outs {
             if let Some(tuning) = &mut self.tuning {
-                tuning.on_fan_out(stage, count);
+                tuning.on_fan_out(stage, count, now);
             }
             let (pipeline, stage) = (Arc::clone(&self.name), Arc::clone(&self.stage_names[stage]));
             self.events.publish(|| {
@@ -283,7 +306,9 @@ impl PipelineActor {
         for sub in step.submit {
             self.stages[sub.stage].do_send(StageWork {
                 root: Root {
-                    downstream: sub.downstream,
+                    downstream: self
+                        .drop
+                        .downstream(root.deadline, sub.deadline, sub.downstream),
                     ..root
                 },
                 sub: sub.sub,

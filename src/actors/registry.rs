@@ -11,12 +11,14 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use super::eligibility::{eligible_devices, DeviceFacts, ModelFacts};
+use super::eligibility::{
+    device_allows, eligible_devices, eligible_devices_open, DeviceFacts, ModelFacts,
+};
 use super::messages::{RegisterArtifact, RegisterError};
 use crate::config::BackendKind;
 use crate::gpu::Prepared;
 use crate::model::{DeviceId, KindProfile, ModelId, ModelSpec};
-use crate::scheduler::{ModelInfo, Policy};
+use crate::scheduler::{DeviceInfo, ModelInfo, Policy};
 
 /// Something asking to be registered.
 #[derive(Clone, Debug)]
@@ -61,6 +63,9 @@ pub struct Registered {
     pub pages: u32,
     /// Devices that may hold it; `None`: every device.
     pub devices: Option<Vec<DeviceId>>,
+    /// Backends its configuration allows (`None`: the default placement), kept to judge
+    /// devices that join later.
+    pub backends: Option<Vec<BackendKind>>,
 }
 
 impl Registered {
@@ -85,6 +90,9 @@ pub struct Catalog {
     page_bytes: u64,
     models: Vec<Arc<Registered>>,
     by_name: HashMap<String, ModelId>,
+    /// Devices may join later (remote workers): a model no device holds yet waits for one
+    /// instead of being refused.
+    open: bool,
 }
 
 impl Catalog {
@@ -95,7 +103,34 @@ impl Catalog {
             page_bytes,
             models: Vec::new(),
             by_name: HashMap::new(),
+            open: false,
         }
+    }
+
+    /// The same catalog, open to devices that join later (a controller with
+    /// `[cluster] listen`).
+    pub fn open_to_workers(mut self) -> Self {
+        self.open = true;
+        self
+    }
+
+    /// A device joins (a remote worker's): its facts are kept for later registrations,
+    /// and the answer says, per registered model, whether the device may hold it.
+    pub fn add_device(&mut self, device: DeviceFacts) -> Vec<(ModelId, bool)> {
+        self.devices.push(device);
+        let page_bytes = self.page_bytes;
+        self.models
+            .iter()
+            .map(|m| {
+                let facts = ModelFacts::new(
+                    &m.spec,
+                    page_bytes,
+                    m.bytes.is_some(),
+                    m.backends.as_deref(),
+                );
+                (m.id, device_allows(facts, &device))
+            })
+            .collect()
     }
 
     /// The model `candidate` would become (with the next id), or why it may not.
@@ -110,7 +145,10 @@ impl Catalog {
             candidate.bytes.is_some(),
             candidate.backends.as_deref(),
         );
-        let devices = eligible_devices(facts, &self.devices)?;
+        let devices = match eligible_devices(facts, &self.devices) {
+            Err(_) if self.open => Some(eligible_devices_open(facts, &self.devices)),
+            other => other?,
+        };
         Ok(Registered {
             id: ModelId(self.models.len() as u32),
             pages: facts.pages,
@@ -119,6 +157,7 @@ impl Catalog {
             bytes: candidate.bytes,
             prepared: candidate.prepared,
             profiles: candidate.profiles,
+            backends: candidate.backends,
         })
     }
 
@@ -242,6 +281,21 @@ impl Registry {
 
     pub fn catalog(&self) -> &Catalog {
         &self.catalog
+    }
+
+    /// A device joins while serving (a remote worker's): the policy learns it and which
+    /// registered models it may hold. Answers its id.
+    pub fn join(
+        &mut self,
+        policy: &mut dyn Policy,
+        info: DeviceInfo,
+        facts: DeviceFacts,
+    ) -> DeviceId {
+        let device = policy.add_device(info);
+        for (model, allowed) in self.catalog.add_device(facts) {
+            policy.set_allowed(model, device, allowed);
+        }
+        device
     }
 }
 

@@ -91,6 +91,9 @@ pub struct RuntimeBuilder {
     pub(super) cores: Option<CorePlan>,
     /// Pipelines to serve, validated once the models are registered.
     pub(super) pipelines: Vec<(String, PipelineDecl)>,
+    /// Remote workers' devices may join while serving: start without devices, and keep
+    /// models no device holds yet.
+    pub(super) open: bool,
 }
 
 /// Handles on a running actor system.
@@ -137,7 +140,15 @@ impl RuntimeBuilder {
             settings: ControllerSettings::default(),
             cores: None,
             pipelines: Vec::new(),
+            open: false,
         }
+    }
+
+    /// Devices may join while serving (remote workers, `[cluster] listen`): the runtime may
+    /// start with none, and a model no device may hold yet waits for one.
+    pub fn open_to_workers(mut self) -> Self {
+        self.open = true;
+        self
     }
 
     /// A pipeline to serve once the models are registered; one that does not fit them
@@ -222,7 +233,7 @@ impl RuntimeBuilder {
 
     /// Starts the actors; must be called from inside an actix system.
     pub fn start(mut self) -> Result<Runtime, StartError> {
-        if self.devices.is_empty() {
+        if self.devices.is_empty() && !self.open {
             return Err(StartError::NoDevices);
         }
         let (mut policy, emulated) = self.policy_with_devices();
@@ -341,7 +352,10 @@ impl RuntimeBuilder {
         cache: Addr<ModelCache>,
         table: &ModelTable,
     ) -> Result<Registry, StartError> {
-        let catalog = Catalog::new(self.device_facts(), self.runtime.page_bytes);
+        let mut catalog = Catalog::new(self.device_facts(), self.runtime.page_bytes);
+        if self.open {
+            catalog = catalog.open_to_workers();
+        }
         let sink = Box::new(move |artifact: RegisterArtifact| cache.do_send(artifact));
         let mut registry = Registry::new(catalog, sink, table.clone());
         for entry in std::mem::take(&mut self.models) {

@@ -13,6 +13,7 @@ use utoipa::ToSchema;
 
 use super::edge::Stage;
 use crate::actors::messages::InferError;
+use crate::config::Role;
 use crate::outcome::Outcome;
 
 /// Why a request got no success.
@@ -43,6 +44,12 @@ pub enum ApiError {
     ModelUnavailable(String),
     #[error("no route for {method} {path}")]
     NotFound { method: String, path: String },
+    /// A guarded route without a bearer token.
+    #[error("this {} route needs a bearer token (Authorization: Bearer <token>)", role.as_str())]
+    Unauthorized { role: Role },
+    /// A guarded route with a token it does not accept (the token is not repeated).
+    #[error("the bearer token is not accepted for this {} route", role.as_str())]
+    Forbidden { role: Role },
     /// The front end refused it before the controller saw it: its deadline, counted from
     /// its arrival, cannot be met.
     #[error("refused {}: model '{model}' cannot answer within the latency objective; retry after {retry_after_s} s", stage.as_str())]
@@ -73,6 +80,8 @@ impl ApiError {
             ApiError::LoadFailed { .. } => Outcome::LoadFailed,
             ApiError::NotFound { .. } => Outcome::NotFound,
             ApiError::Early { .. } => Outcome::DeadlineUnreachable,
+            ApiError::Unauthorized { .. } => Outcome::Unauthorized,
+            ApiError::Forbidden { .. } => Outcome::Forbidden,
         }
     }
 }
@@ -87,6 +96,8 @@ pub fn status_for(outcome: Outcome) -> StatusCode {
         }
         UnknownModel | UnknownVersion | NotFound => StatusCode::NOT_FOUND,
         PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        Unauthorized => StatusCode::UNAUTHORIZED,
+        Forbidden => StatusCode::FORBIDDEN,
         ExecutionFailed => StatusCode::INTERNAL_SERVER_ERROR,
         DeadlineUnreachable | TimedOut | Withdrawn | ShuttingDown | ModelUnavailable => {
             StatusCode::SERVICE_UNAVAILABLE
@@ -125,6 +136,10 @@ impl ResponseError for ApiError {
         };
         if let Some(seconds) = retry {
             response.insert_header((actix_web::http::header::RETRY_AFTER, seconds.to_string()));
+        }
+        // RFC 6750: a 401 names the scheme that would be accepted.
+        if self.kind() == Outcome::Unauthorized {
+            response.insert_header((actix_web::http::header::WWW_AUTHENTICATE, "Bearer"));
         }
         response.json(ErrorBody {
             error: self.to_string(),

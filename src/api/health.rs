@@ -33,10 +33,11 @@ pub(super) async fn live() -> HttpResponse {
     HttpResponse::Ok().finish()
 }
 
-/// Ready while the controller runs and admits requests; 503 while draining.
+/// Ready while the controller runs and admits requests; 503 while draining, or while
+/// fewer devices have joined than `[cluster] wait_for_devices`.
 #[utoipa::path(tag = "health", responses(
     (status = 200, description = "admitting requests"),
-    (status = 503, description = "shutting down"),
+    (status = 503, description = "shutting down, or waiting for workers' devices"),
 ))]
 #[get("/v2/health/ready")]
 pub(super) async fn ready(state: web::Data<ApiState>) -> HttpResponse {
@@ -50,7 +51,7 @@ pub(super) async fn ready(state: web::Data<ApiState>) -> HttpResponse {
 /// Whether the controller runs and admits requests (not draining), for every protocol.
 pub(super) async fn admitting(state: &ApiState) -> bool {
     let snapshot = state.controller.send(SnapshotController).await;
-    snapshot.is_ok_and(|s| !s.draining)
+    snapshot.is_ok_and(|s| !s.draining && !s.waiting_for_devices)
 }
 
 /// Name, version and extensions of the server.

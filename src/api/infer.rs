@@ -40,6 +40,8 @@ use crate::time::Nanos;
     responses(
         (status = 200, description = "outputs; binary outputs follow the JSON header", body = InferResponse),
         (status = 400, description = "invalid_json, invalid_binary, invalid_body, bad_input", body = ErrorBody),
+        (status = 401, description = "unauthorized", body = ErrorBody),
+        (status = 403, description = "forbidden", body = ErrorBody),
         (status = 404, description = "unknown_model, unknown_version", body = ErrorBody),
         (status = 413, description = "payload_too_large", body = ErrorBody),
         (status = 500, description = "execution_failed", body = ErrorBody),
@@ -63,6 +65,8 @@ pub(super) async fn infer(
     responses(
         (status = 200, description = "outputs; binary outputs follow the JSON header", body = InferResponse),
         (status = 400, description = "invalid_json, invalid_binary, invalid_body, bad_input", body = ErrorBody),
+        (status = 401, description = "unauthorized", body = ErrorBody),
+        (status = 403, description = "forbidden", body = ErrorBody),
         (status = 404, description = "unknown_model, unknown_version", body = ErrorBody),
         (status = 413, description = "payload_too_large", body = ErrorBody),
         (status = 500, description = "execution_failed", body = ErrorBody),

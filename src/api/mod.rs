@@ -17,7 +17,9 @@
 //! | `openapi.rs` | `/v2/openapi.json`, collected from the routes |
 //! | `dashboard/` | `/dashboard`: the live timeline page and its event stream (not part of the API document) |
 //! | `error.rs` | the one error type, its kinds and status codes |
+//! | `access.rs` | bearer tokens: which routes need one, and the check |
 
+mod access;
 mod binary;
 mod body;
 mod codec;
@@ -44,6 +46,7 @@ use actix_web::{web, App, HttpRequest};
 use utoipa_actix_web::service_config::ServiceConfig;
 use utoipa_actix_web::AppExt;
 
+pub use access::Access;
 pub use binary::HEADER_LENGTH;
 pub use error::{status_for, ApiError, ErrorBody};
 pub use metrics::Metrics;
@@ -94,6 +97,9 @@ pub struct ApiState {
     pub decoders: Arc<DecodePool>,
     /// Where models registered through the repository routes come from.
     pub repository: Option<RepositorySource>,
+    /// Who may call the guarded routes (see `access.rs`); open unless set with
+    /// [`ApiState::with_access`].
+    pub access: Arc<Access>,
     /// The pipelines served (their routes are the models' routes).
     pub pipelines: PipelineTable,
     /// What serving a pipeline loaded through the repository routes needs.
@@ -133,6 +139,7 @@ impl ApiState {
                 settings.decode_queue,
             )),
             repository: runtime.repository.clone(),
+            access: Arc::new(Access::open()),
             pipelines: runtime.pipelines.clone(),
             pipeline_host: runtime.pipeline_host.clone(),
             dashboard,
@@ -140,6 +147,12 @@ impl ApiState {
             registering: Arc::default(),
             openapi: web::Bytes::from(openapi),
         })
+    }
+
+    /// The same API with its guarded routes needing `access`'s tokens.
+    pub fn with_access(mut self, access: Access) -> Self {
+        self.access = Arc::new(access);
+        self
     }
 
     /// Records why a repository model was refused (an empty reason clears it).
@@ -212,6 +225,8 @@ pub fn app(
     >,
 > {
     let clock = state.clock;
+    let access = Arc::clone(&state.access);
+    let metrics = Arc::clone(&state.metrics);
     let (app, _) = App::new()
         .into_utoipa_app()
         .app_data(web::Data::new(state))
@@ -219,6 +234,7 @@ pub fn app(
         .split_for_parts();
     app.configure(dashboard::routes)
         .default_service(web::to(not_found))
+        .wrap_fn(move |request, service| access::guard(&access, &metrics, request, service))
         .wrap_fn(move |request, service| edge::stamp(clock, request, service))
 }
 

@@ -134,6 +134,8 @@ pub(super) fn entries(state: &ApiState, ready: Option<bool>) -> Vec<IndexEntry> 
 #[utoipa::path(tag = "repository", request_body(content = Option<LoadRequest>), responses(
     (status = 200, description = "loaded"),
     (status = 400, description = "invalid_json, bad_input, load_failed", body = ErrorBody),
+    (status = 401, description = "unauthorized", body = ErrorBody),
+    (status = 403, description = "forbidden", body = ErrorBody),
     (status = 404, description = "unknown_model", body = ErrorBody),
     (status = 503, description = "shutting_down", body = ErrorBody),
 ))]
@@ -150,6 +152,14 @@ pub(super) async fn load(
 
 /// Loads a model or pipeline (parameters already checked), for every protocol.
 pub(super) async fn load_model(state: &ApiState, name: String) -> Result<(), ApiError> {
+    // Before anything is looked up or read: a name is never a path.
+    crate::repository::check_name(&name).map_err(|reason| {
+        let refused = RepositoryError::Outside {
+            model: name.clone(),
+            reason,
+        };
+        ApiError::bad_input(refused.to_string())
+    })?;
     if let Ok(entry) = state.models.find(&name, None) {
         entry.set_available(true);
         tracing::info!(model = %name, "model loaded (admitting requests)");
@@ -176,11 +186,11 @@ fn serve_pipeline(state: &ApiState, name: &str) -> Result<bool, ApiError> {
             reason,
         }
     };
-    let Some(decl) = source
-        .repository
-        .pipeline(name)
-        .map_err(|e| failed(e.to_string()))?
-    else {
+    let declared = source.repository.pipeline(name).map_err(|e| match e {
+        RepositoryError::Outside { .. } => ApiError::bad_input(e.to_string()),
+        e => failed(e.to_string()),
+    });
+    let Some(decl) = declared? else {
         return Ok(false);
     };
     state
@@ -210,6 +220,9 @@ async fn register(state: &ApiState, name: String) -> Result<(), ApiError> {
     let registration = match prepared {
         Ok(registration) => registration,
         Err(RepositoryError::NotFound { .. }) => return Err(ApiError::UnknownModel(name)),
+        Err(refused @ RepositoryError::Outside { .. }) => {
+            return Err(ApiError::bad_input(refused.to_string()))
+        }
         Err(error) => {
             state.note_refused(&name, error.to_string());
             return Err(failed(error.to_string()));
@@ -243,6 +256,8 @@ async fn register(state: &ApiState, name: String) -> Result<(), ApiError> {
 #[utoipa::path(tag = "repository", request_body(content = Option<LoadRequest>), responses(
     (status = 200, description = "unloaded"),
     (status = 400, description = "invalid_json, bad_input", body = ErrorBody),
+    (status = 401, description = "unauthorized", body = ErrorBody),
+    (status = 403, description = "forbidden", body = ErrorBody),
     (status = 404, description = "unknown_model", body = ErrorBody),
 ))]
 #[post("/v2/repository/models/{model}/unload")]

@@ -1,20 +1,32 @@
 //! The `[[devices]]` groups (backends and their settings) and the `[[models]]` registered
 //! from built-in profiles at start.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::DeviceCount;
 
 /// Which backend a group of devices runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
     /// Emulated device following latency profiles.
     Sim,
     /// Real ONNX inference with tract on a dedicated CPU thread.
     Cpu,
+    /// Real ONNX inference with ONNX Runtime (loaded at run time) on a dedicated CPU
+    /// thread, like `cpu`.
+    Ort,
+}
+
+impl BackendKind {
+    /// Whether its devices are threads that each want a core of their own (counted by
+    /// `count = "auto"` and pinned by the core plan).
+    pub fn runs_on_cores(self) -> bool {
+        matches!(self, BackendKind::Cpu | BackendKind::Ort)
+    }
 }
 
 /// A group of identical devices.
@@ -25,8 +37,8 @@ pub struct DeviceGroupConfig {
     /// Built-in device profile (`v100`, ...) giving the kind, pages and load bandwidth;
     /// required for `sim` devices.
     pub profile: Option<String>,
-    /// Number of devices in the group, or `"auto"` (cpu groups only): one per core the
-    /// front end does not keep (`server.front_end_cores`), at least one.
+    /// Number of devices in the group, or `"auto"` (cpu and ort groups only): one per core
+    /// the front end does not keep (`server.front_end_cores`), at least one.
     #[serde(default)]
     pub count: DeviceCount,
     /// Weight memory in pages of `runtime.page_bytes`: overrides a `sim` profile's; the
@@ -38,6 +50,9 @@ pub struct DeviceGroupConfig {
     /// Settings of `cpu` devices.
     #[serde(default)]
     pub cpu: CpuConfig,
+    /// Settings of `ort` devices.
+    #[serde(default)]
+    pub ort: OrtConfig,
 }
 
 /// How a `cpu` device runs tract.
@@ -52,6 +67,27 @@ pub struct CpuConfig {
 impl Default for CpuConfig {
     fn default() -> Self {
         Self { threads: 1 }
+    }
+}
+
+/// How an `ort` device runs ONNX Runtime.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OrtConfig {
+    /// ONNX Runtime's shared library (`libonnxruntime.so`, as `scripts/onnxruntime.sh`
+    /// prints it); unset: `ORT_DYLIB_PATH`. One library per process.
+    pub library: Option<PathBuf>,
+    /// Threads ONNX Runtime uses within one run (intra-op). 1 runs on the device's own
+    /// thread, the most predictable setting, as for `cpu`.
+    pub threads: usize,
+}
+
+impl Default for OrtConfig {
+    fn default() -> Self {
+        Self {
+            library: None,
+            threads: 1,
+        }
     }
 }
 

@@ -13,11 +13,15 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use crate::cores::DeviceCount;
+pub use access::{AuthConfig, ConnectionConfig, Role, TlsConfig, Token};
+pub use cluster::{ClusterConfig, TOKEN_ENV};
 pub use devices::{
-    BackendKind, CpuConfig, DeviceGroupConfig, ModelConfig, SimConfig, SlowdownConfig,
+    BackendKind, CpuConfig, DeviceGroupConfig, ModelConfig, OrtConfig, SimConfig, SlowdownConfig,
     DEFAULT_CPU_PAGES,
 };
 
+mod access;
+mod cluster;
 mod devices;
 
 /// Errors reading the configuration.
@@ -53,6 +57,8 @@ pub struct Config {
     pub models: Vec<ModelConfig>,
     /// The model repository: real ONNX models, registered at start and on demand.
     pub repository: Option<RepositoryConfig>,
+    /// Remote workers: where they join, their token, how many devices readiness waits for.
+    pub cluster: ClusterConfig,
 }
 
 /// The model repository on disk (Triton's layout, see `src/repository/`).
@@ -116,6 +122,12 @@ pub struct ServerConfig {
     /// Cores kept for the front end (HTTP workers, decoding, controller) when cpu devices
     /// are pinned one per core: what `count = "auto"` leaves out.
     pub front_end_cores: usize,
+    /// Bearer tokens of the admin and inference routes (`[server.auth]`).
+    pub auth: AuthConfig,
+    /// Certificate and key for HTTPS (`[server.tls]`).
+    pub tls: TlsConfig,
+    /// Timeouts and limits of the HTTP connections (`[server.connections]`).
+    pub connections: ConnectionConfig,
 }
 
 impl ServerConfig {
@@ -139,6 +151,9 @@ impl Default for ServerConfig {
             decode_threads: 0,
             decode_queue: 256,
             front_end_cores: 1,
+            auth: AuthConfig::default(),
+            tls: TlsConfig::default(),
+            connections: ConnectionConfig::default(),
         }
     }
 }
@@ -155,11 +170,19 @@ pub enum PolicyName {
     ClockworkNodrop,
     /// A Clipper-like baseline that never refuses.
     Reactive,
+    /// A Triton-like baseline: the reactive FIFO with full batches, replica floors and a
+    /// timeout at the request's deadline as its only drop.
+    Triton,
 }
 
 impl PolicyName {
     /// Every policy, in the order help texts list them.
-    pub const ALL: [PolicyName; 3] = [Self::Clockwork, Self::ClockworkNodrop, Self::Reactive];
+    pub const ALL: [PolicyName; 4] = [
+        Self::Clockwork,
+        Self::ClockworkNodrop,
+        Self::Reactive,
+        Self::Triton,
+    ];
 
     /// The name in configuration, on the command line and in reports.
     pub const fn as_str(self) -> &'static str {
@@ -167,6 +190,7 @@ impl PolicyName {
             Self::Clockwork => "clockwork",
             Self::ClockworkNodrop => "clockwork-nodrop",
             Self::Reactive => "reactive",
+            Self::Triton => "triton",
         }
     }
 
@@ -346,15 +370,22 @@ impl Config {
         if self.server.front_end_cores == 0 {
             return invalid("server.front_end_cores must be at least 1");
         }
+        self.server.auth.validate().map_err(ConfigError::Invalid)?;
+        self.server.tls.files().map_err(ConfigError::Invalid)?;
         for group in &self.devices {
-            if group.backend != BackendKind::Cpu && group.count == DeviceCount::Auto {
-                return invalid("devices: count = \"auto\" is for cpu groups (one per core)");
+            if !group.backend.runs_on_cores() && group.count == DeviceCount::Auto {
+                return invalid(
+                    "devices: count = \"auto\" is for cpu and ort groups (one per core)",
+                );
             }
             if group.backend == BackendKind::Sim && group.profile.is_none() {
                 return invalid("devices: a sim group needs a profile (e.g. profile = \"v100\")");
             }
             if group.cpu.threads == 0 {
                 return invalid("devices.cpu.threads must be at least 1");
+            }
+            if group.ort.threads == 0 {
+                return invalid("devices.ort.threads must be at least 1");
             }
             if !(0.0..=1.0).contains(&group.sim.failure_rate) {
                 return invalid("devices.sim.failure_rate must be within 0..=1");

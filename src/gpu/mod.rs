@@ -8,10 +8,12 @@
 //!
 //! - [`sim`]: an emulated device following latency profiles (first-class, for testers).
 //! - [`cpu`]: real ONNX inference with tract, one dedicated thread per device.
+//! - [`ort`]: real ONNX inference with ONNX Runtime (loaded at run time), the same way.
 //! - [`thread`]: adapter that runs a blocking device on a dedicated thread; real
 //!   backends (cpu, cuda) implement [`thread::BlockingDevice`].
 
 pub mod cpu;
+pub mod ort;
 pub mod profiles;
 pub mod sim;
 pub mod thread;
@@ -81,6 +83,9 @@ pub struct Prepared {
     /// the graph and the batch sizes (a device picks its threads when it runs them), so
     /// one build serves every cpu device of every kind.
     pub cpu: Option<Arc<cpu::ModelPlans>>,
+    /// The `ort` backend's model, checked by ONNX Runtime once; each `ort` device builds
+    /// its own session from it on LOAD. Empty when no `ort` device is configured.
+    pub ort: Option<Arc<ort::OrtModel>>,
 }
 
 /// One batch to execute: the inputs of each item, in batch order (the controller splits a

@@ -50,6 +50,10 @@ pub enum RepositoryError {
     },
     #[error("model '{model}' is not in the repository {root}")]
     NotFound { model: String, root: String },
+    /// A name that is a path, or a model directory that leads out of the repository
+    /// (a symbolic link): models are read from inside the repository only.
+    #[error("model name '{model}' is refused: {reason}; models are read only from inside the repository")]
+    Outside { model: String, reason: &'static str },
     #[error("model '{model}': no version directory with a {MODEL_FILE} (expected {dir}/<version>/{MODEL_FILE})")]
     NoVersion { model: String, dir: String },
     #[error("model '{model}': version {version} is not in the repository")]
@@ -61,6 +65,12 @@ pub enum RepositoryError {
         model: String,
         #[source]
         source: crate::gpu::cpu::CpuError,
+    },
+    #[error("model '{model}': {source}")]
+    Ort {
+        model: String,
+        #[source]
+        source: crate::gpu::ort::OrtError,
     },
     #[error("no zoo model named '{name}' (the zoo has: {known})", known = zoo::MODELS.join(", "))]
     UnknownZooModel { name: String },
@@ -142,9 +152,13 @@ impl Repository {
     /// The pipeline declared in `name`'s directory, if its `config.toml` has a
     /// `[pipeline]` table (a pipeline directory has no versions); `None` for a model.
     pub fn pipeline(&self, name: &str) -> Result<Option<PipelineDecl>, RepositoryError> {
-        let plain = !name.is_empty() && !name.contains(['/', '\\']) && name != "..";
-        let path = self.root.join(name).join(CONFIG_FILE);
-        if !plain || !path.is_file() {
+        let dir = match self.model_dir(name) {
+            Ok(dir) => dir,
+            Err(RepositoryError::NotFound { .. }) => return Ok(None),
+            Err(refused) => return Err(refused),
+        };
+        let path = dir.join(CONFIG_FILE);
+        if !path.is_file() {
             return Ok(None);
         }
         let text = std::fs::read_to_string(&path).map_err(|e| RepositoryError::io(&path, e))?;
@@ -158,17 +172,35 @@ impl Repository {
         Ok(Some(file.pipeline))
     }
 
-    /// Reads model `name`: its configuration and the graph of the version it serves.
-    pub fn read(&self, name: &str) -> Result<StoredModel, RepositoryError> {
+    /// The directory of model `name`: one directory of the repository, never a path out
+    /// of it. `Outside` for a name that is a path (or `.`, `..`) and for a directory that
+    /// resolves outside the root (a symbolic link out); `NotFound` if there is none.
+    pub fn model_dir(&self, name: &str) -> Result<PathBuf, RepositoryError> {
+        let outside = |reason| RepositoryError::Outside {
+            model: name.to_owned(),
+            reason,
+        };
+        check_name(name).map_err(outside)?;
         let dir = self.root.join(name);
-        // A name is one directory of the repository, never a path out of it.
-        let plain = !name.is_empty() && !name.contains(['/', '\\']) && name != "..";
-        if !plain || !dir.is_dir() {
+        if !dir.is_dir() {
             return Err(RepositoryError::NotFound {
                 model: name.to_owned(),
                 root: self.root.display().to_string(),
             });
         }
+        let resolved = dir
+            .canonicalize()
+            .map_err(|e| RepositoryError::io(&dir, e))?;
+        let root = (self.root.canonicalize()).map_err(|e| RepositoryError::io(&self.root, e))?;
+        if resolved.parent() != Some(root.as_path()) {
+            return Err(outside("its directory resolves outside the repository"));
+        }
+        Ok(dir)
+    }
+
+    /// Reads model `name`: its configuration and the graph of the version it serves.
+    pub fn read(&self, name: &str) -> Result<StoredModel, RepositoryError> {
+        let dir = self.model_dir(name)?;
         let config = read_config(name, &dir.join(CONFIG_FILE))?;
         let versions = versions(&dir)?;
         let version = match config.version {
@@ -195,6 +227,21 @@ impl Repository {
             bytes: bytes.into(),
         })
     }
+}
+
+/// Why `name` cannot name a model directory, if it cannot: it must be one plain path
+/// component (checked before anything is read, so a hostile name touches nothing).
+pub fn check_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() || name == "." || name == ".." {
+        return Err("it is not a directory name");
+    }
+    if name.contains(['/', '\\']) {
+        return Err("it is a path, not a name");
+    }
+    if name.contains('\0') || name.contains(':') {
+        return Err("it holds a character not allowed in a model name");
+    }
+    Ok(())
 }
 
 fn read_config(model: &str, path: &Path) -> Result<ModelFileConfig, RepositoryError> {

@@ -1,7 +1,7 @@
 //! From a stored model to a registration: the spec the runtime serves (tensors from the
 //! graph, checked against the configuration; batch sizes; objective), the cpu plans built
-//! once for every device, and a profile per device kind, measured on this CPU or reused
-//! from `profile.json`.
+//! once for every device (and, with `ort` devices, the model checked by ONNX Runtime), and
+//! a profile per device kind, measured on this CPU or reused from `profile.json`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,6 +12,7 @@ use crate::config::BackendKind;
 use crate::gpu::cpu::graph::{BatchDim, GraphInput, Signature};
 use crate::gpu::cpu::profile::{self, MeasuredProfile, ProfileSettings};
 use crate::gpu::cpu::{CpuError, CpuSettings, ModelPlans};
+use crate::gpu::ort::{self, OrtError, OrtModel, OrtSettings};
 use crate::gpu::Prepared;
 use crate::model::{BatchLatency, DataType, KindProfile, ModelProfile, ModelSpec, TensorSpec};
 use crate::time::{nanos, Nanos};
@@ -24,37 +25,67 @@ pub struct PrepareSettings {
     /// Threads of each cpu device group that may serve the models. Each distinct count
     /// is a device kind of its own (`CpuSettings::kind`: timing differs) and gets its own
     /// profile, the first one also serving as the fallback for other kinds; empty: one
-    /// single-threaded kind.
+    /// single-threaded kind, or none when `ort_threads` has some (the first ort kind is
+    /// then the fallback).
     pub threads: Vec<usize>,
+    /// Threads of each `ort` device group: each distinct count is a kind of its own
+    /// (`ort`, `ort-<n>t`), profiled after the cpu kinds. Empty: nothing is prepared for
+    /// ONNX Runtime (it need not be installed).
+    pub ort_threads: Vec<usize>,
     /// Warm-up, runs and loads of each profile; its `threads` is set per kind.
     pub profiling: ProfileSettings,
 }
 
 impl PrepareSettings {
-    /// The distinct kinds to profile for, in the order first named: each kind's name and
-    /// its profiling settings.
+    /// The distinct cpu kinds to profile for, in the order first named: each kind's name
+    /// and its profiling settings.
     pub fn kinds(&self) -> Vec<(String, ProfileSettings)> {
-        let mut threads: Vec<usize> = Vec::new();
-        for &t in &self.threads {
-            if !threads.contains(&t.max(1)) {
-                threads.push(t.max(1));
-            }
-        }
-        if threads.is_empty() {
+        let mut threads = distinct(&self.threads);
+        if threads.is_empty() && self.ort_threads.is_empty() {
             threads.push(1);
         }
+        self.named(threads, |threads| CpuSettings { pages: 0, threads }.kind())
+    }
+
+    /// The single-threaded cpu kind, profiled when no other kind could be.
+    fn cpu_fallback(&self) -> (String, ProfileSettings) {
+        let mut kinds = self.named(vec![1], |threads| CpuSettings { pages: 0, threads }.kind());
+        kinds.remove(0)
+    }
+
+    /// The distinct `ort` kinds to profile for, as [`Self::kinds`] (none without ort groups).
+    pub fn ort_kinds(&self) -> Vec<(String, ProfileSettings)> {
+        let threads = distinct(&self.ort_threads);
+        self.named(threads, |threads| OrtSettings { pages: 0, threads }.kind())
+    }
+
+    fn named(
+        &self,
+        threads: Vec<usize>,
+        kind: impl Fn(usize) -> String,
+    ) -> Vec<(String, ProfileSettings)> {
         threads
             .into_iter()
             .map(|threads| {
-                let kind = CpuSettings { pages: 0, threads }.kind();
                 let settings = ProfileSettings {
                     threads,
                     ..self.profiling
                 };
-                (kind, settings)
+                (kind(threads), settings)
             })
             .collect()
     }
+}
+
+/// Thread counts (at least 1 each) without repeats, in the order first named.
+fn distinct(counts: &[usize]) -> Vec<usize> {
+    let mut threads: Vec<usize> = Vec::new();
+    for &t in counts {
+        if !threads.contains(&t.max(1)) {
+            threads.push(t.max(1));
+        }
+    }
+    threads
 }
 
 /// A model's profile on one device kind, as measured (or reused).
@@ -75,8 +106,12 @@ pub struct Registration {
     pub bytes: Arc<[u8]>,
     /// Backends allowed to serve it (`None`: any).
     pub backends: Option<Vec<BackendKind>>,
-    /// The cpu plans, built once here and shared by every cpu device that loads it.
+    /// The cpu plans, built once here and shared by every cpu device that loads it (and
+    /// the `ort` model, with `ort` devices).
     pub prepared: Prepared,
+    /// Why ONNX Runtime refused the model, if it did: it is then kept off `ort` devices
+    /// (`backends` says so) and served by the others.
+    pub ort_refused: Option<String>,
     /// How long building the plans took, in nanoseconds (what every LOAD cost when each
     /// device built its own).
     pub build: Nanos,
@@ -164,21 +199,100 @@ pub fn prepare(
         agree("outputs", declared, plans.outputs()).map_err(config_error)?;
     }
     spec.outputs = plans.outputs().to_vec();
-    let profiles = settings
-        .kinds()
-        .into_iter()
-        .map(|(kind, profiling)| profile_of(stored, &spec, &plans, (kind, profiling)))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(graph)?;
+    let mut backends = config.backends.clone();
+    let (profiles, ort, ort_refused) = profiles(stored, &spec, &plans, settings)?;
+    if ort_refused.is_some() {
+        backends = Some(without_ort(backends));
+    }
     spec.profile = profiles[0].profile.seed();
     Ok(Registration {
         spec,
         bytes: Arc::clone(&stored.bytes),
-        backends: config.backends.clone(),
-        prepared: Prepared { cpu: Some(plans) },
+        backends,
+        ort_refused,
+        prepared: Prepared {
+            cpu: Some(plans),
+            ort,
+        },
         build,
         profiles,
     })
+}
+
+/// The profile of every kind (cpu kinds first, never empty), with what was prepared for
+/// ONNX Runtime or why it refused the model.
+#[allow(clippy::type_complexity)]
+fn profiles(
+    stored: &StoredModel,
+    spec: &ModelSpec,
+    plans: &Arc<ModelPlans>,
+    settings: &PrepareSettings,
+) -> Result<(Vec<MeasuredKind>, Option<Arc<OrtModel>>, Option<String>), RepositoryError> {
+    let graph = |source: CpuError| RepositoryError::Graph {
+        model: stored.name.clone(),
+        source,
+    };
+    let tract = |kind| profile_of(stored, spec, kind, |p| profile::measure(plans, spec, p));
+    let mut profiles = settings
+        .kinds()
+        .into_iter()
+        .map(tract)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(graph)?;
+    let (ort, refused) = match prepare_ort(stored, spec, settings) {
+        Ok((ort, ort_profiles)) => {
+            profiles.extend(ort_profiles);
+            (ort, None)
+        }
+        Err(error) => {
+            // ONNX Runtime refuses graphs tract serves (operators of old opsets): the
+            // model is served by the other real backend rather than refused.
+            let model = stored.name.as_str();
+            tracing::warn!(model, %error, "ONNX Runtime refuses the model: not on ort devices");
+            (None, Some(error.to_string()))
+        }
+    };
+    if profiles.is_empty() {
+        // Only ort groups, and ONNX Runtime refused the model: tract's is the fallback.
+        profiles.push(tract(settings.cpu_fallback()).map_err(graph)?);
+    }
+    Ok((profiles, ort, refused))
+}
+
+/// The backends a model ONNX Runtime refused may use: those it allowed but `ort`; with
+/// none named, the other real one (an unnamed list keeps real graphs off emulated devices).
+fn without_ort(backends: Option<Vec<BackendKind>>) -> Vec<BackendKind> {
+    match backends {
+        Some(list) => list
+            .into_iter()
+            .filter(|&b| b != BackendKind::Ort)
+            .collect(),
+        None => vec![BackendKind::Cpu],
+    }
+}
+
+/// The model prepared for ONNX Runtime and profiled per `ort` kind, when `ort` devices are
+/// configured (else nothing: ONNX Runtime need not be installed).
+fn prepare_ort(
+    stored: &StoredModel,
+    spec: &ModelSpec,
+    settings: &PrepareSettings,
+) -> Result<(Option<Arc<OrtModel>>, Vec<MeasuredKind>), RepositoryError> {
+    let kinds = settings.ort_kinds();
+    if kinds.is_empty() {
+        return Ok((None, Vec::new()));
+    }
+    let failed = |source: OrtError| RepositoryError::Ort {
+        model: stored.name.clone(),
+        source,
+    };
+    let model = Arc::new(OrtModel::prepare(Arc::clone(&stored.bytes), spec).map_err(failed)?);
+    let profiles = kinds
+        .into_iter()
+        .map(|kind| profile_of(stored, spec, kind, |p| ort::measure(&model, spec, p)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(failed)?;
+    Ok((Some(model), profiles))
 }
 
 /// Whether the model is batched and, if its batch dimension is fixed, the largest batch.
@@ -244,13 +358,13 @@ fn describe(tensors: &[TensorSpec]) -> String {
 }
 
 /// The profile of `kind` stored for this graph if it still applies, else a new
-/// measurement of `plans` (then stored beside the other kinds').
-fn profile_of(
+/// measurement by `measure` (then stored beside the other kinds').
+fn profile_of<E>(
     stored: &StoredModel,
     spec: &ModelSpec,
-    plans: &Arc<ModelPlans>,
     (kind, profiling): (String, ProfileSettings),
-) -> Result<MeasuredKind, CpuError> {
+    measure: impl FnOnce(ProfileSettings) -> Result<MeasuredProfile, E>,
+) -> Result<MeasuredKind, E> {
     let batch_sizes: Vec<u32> = spec.profile.batches.iter().map(|b| b.batch).collect();
     let key = ProfileKey {
         graph_hash: store::graph_hash(&stored.bytes),
@@ -265,7 +379,7 @@ fn profile_of(
             reused: true,
         });
     }
-    let measured = profile::measure(plans, spec, profiling)?;
+    let measured = measure(profiling)?;
     let record = StoredProfile {
         graph_hash: key.graph_hash,
         kind: kind.clone(),

@@ -32,6 +32,7 @@ fn quick() -> PrepareSettings {
     PrepareSettings {
         default_slo: Duration::from_millis(100),
         threads: vec![1],
+        ort_threads: Vec::new(),
         profiling: ProfileSettings {
             threads: 1,
             warmup: 1,
@@ -140,10 +141,18 @@ fn broken_models_are_refused_with_the_reason() {
         repository.read("nope"),
         Err(RepositoryError::NotFound { .. })
     ));
-    assert!(matches!(
-        repository.read("../etc"),
-        Err(RepositoryError::NotFound { .. })
-    ));
+    for name in ["../etc", "..", ".", "/etc", "a\\b", ""] {
+        let err = repository.read(name).unwrap_err();
+        assert!(
+            matches!(err, RepositoryError::Outside { .. }),
+            "{name}: {err}"
+        );
+        let err = repository.pipeline(name).unwrap_err();
+        assert!(
+            matches!(err, RepositoryError::Outside { .. }),
+            "{name}: {err}"
+        );
+    }
     // The good model is unaffected by its neighbours.
     assert!(prepare(&repository.read("mlp").unwrap(), &quick()).is_ok());
 }
@@ -219,4 +228,50 @@ fn each_device_kind_gets_its_own_stored_profile() {
     let mut kinds: Vec<&str> = stored.iter().map(|s| s.kind.as_str()).collect();
     kinds.sort_unstable();
     assert_eq!(kinds, ["cpu", "cpu-2t", "cpu-4t"]);
+}
+
+#[test]
+fn ort_groups_add_their_kinds_and_alone_leave_no_cpu_kind() {
+    let both = PrepareSettings {
+        threads: vec![1],
+        ort_threads: vec![1, 2, 1],
+        ..quick()
+    };
+    let names = |kinds: Vec<(String, ProfileSettings)>| -> Vec<String> {
+        kinds.into_iter().map(|(k, _)| k).collect()
+    };
+    assert_eq!(names(both.kinds()), ["cpu"]);
+    assert_eq!(names(both.ort_kinds()), ["ort", "ort-2t"]);
+    // Only ort groups: the first ort kind is the fallback, no cpu kind is profiled.
+    let alone = PrepareSettings {
+        threads: Vec::new(),
+        ..both
+    };
+    assert!(alone.kinds().is_empty());
+    // No group at all: one single-threaded cpu kind, and nothing for ONNX Runtime.
+    let none = PrepareSettings {
+        threads: Vec::new(),
+        ort_threads: Vec::new(),
+        ..quick()
+    };
+    assert_eq!(names(none.kinds()), ["cpu"]);
+    assert!(none.ort_kinds().is_empty());
+}
+
+/// A model directory that is a symbolic link out of the repository is refused, though
+/// its name is plain; a link inside the repository is served.
+#[cfg(unix)]
+#[test]
+fn links_out_of_the_repository_are_refused() {
+    let root = TempRoot::new("links");
+    let outside = TempRoot::new("links-outside");
+    std::fs::create_dir_all(outside.0.join("1")).unwrap();
+    std::fs::create_dir_all(root.0.join("inside/1")).unwrap();
+    std::os::unix::fs::symlink(&outside.0, root.0.join("escape")).unwrap();
+    std::os::unix::fs::symlink(root.0.join("inside"), root.0.join("alias")).unwrap();
+    let repository = Repository::new(&root.0);
+    let err = repository.read("escape").unwrap_err();
+    assert!(matches!(err, RepositoryError::Outside { .. }), "{err}");
+    assert!(err.to_string().contains("outside the repository"), "{err}");
+    assert!(repository.model_dir("alias").is_ok());
 }

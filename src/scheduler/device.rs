@@ -110,6 +110,11 @@ pub struct DeviceMirror {
     /// An action on it went unreported past the watchdog's deadline: no new work until it
     /// reports again.
     pub suspect: bool,
+    /// Taken out for good (its worker was lost): suspect forever, no memory.
+    pub gone: bool,
+    /// Its own delay before its executor sees an action (a remote worker's one-way trip,
+    /// `Policy::set_lag`), if longer than the configured `expected_lag`.
+    pub lag: Nanos,
 }
 
 impl DeviceMirror {
@@ -125,6 +130,16 @@ impl DeviceMirror {
             load_retry_at: 0,
             load_blocked_by_flight: false,
             suspect: false,
+            gone: false,
+            lag: 0,
+        }
+    }
+
+    /// The lanes' timing on this device: the configured one, with its own lag if longer.
+    pub fn timing(&self, base: LaneTiming) -> LaneTiming {
+        LaneTiming {
+            expected_lag: base.expected_lag.max(self.lag),
+            ..base
         }
     }
 

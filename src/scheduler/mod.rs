@@ -175,6 +175,22 @@ impl ModelInfo {
     pub fn allowed_on(&self, device: DeviceId) -> bool {
         self.devices.as_ref().is_none_or(|d| d.contains(&device))
     }
+
+    /// Allows or forbids `device` (one of `devices` known): the one rule for a device
+    /// that joined after the model (`None`, every device, becomes a list when one is
+    /// forbidden).
+    pub fn set_allowed(&mut self, device: DeviceId, allowed: bool, devices: usize) {
+        match (&mut self.devices, allowed) {
+            (None, true) => {}
+            (None, false) => {
+                let others = (0..devices as u32).map(DeviceId).filter(|&d| d != device);
+                self.devices = Some(others.collect());
+            }
+            (Some(list), true) if !list.contains(&device) => list.push(device),
+            (Some(list), false) => list.retain(|&d| d != device),
+            (Some(_), true) => {}
+        }
+    }
 }
 
 /// Counters and gauges of a policy, for observers.
@@ -203,6 +219,8 @@ pub struct DeviceSnapshot {
     pub load_free_at: Nanos,
     /// The watchdog found an action on it overdue: it gets no work until it reports.
     pub suspect: bool,
+    /// It was taken out for good (`Policy::remove_device`: its worker was lost).
+    pub gone: bool,
 }
 
 /// A scheduling policy: the controller's brain.
@@ -222,6 +240,20 @@ pub trait Policy {
     /// Marks a device suspect (an action on it is overdue: plan nothing more on it) or
     /// healthy again (it reported). What is resident on it stays as the mirror has it.
     fn set_suspect(&mut self, device: DeviceId, suspect: bool);
+    /// Allows or forbids `model` on `device`: a device that joins while serving (a remote
+    /// worker's) is judged against the models already registered.
+    fn set_allowed(&mut self, model: ModelId, device: DeviceId, allowed: bool);
+    /// Takes a device out for good (its worker was lost): nothing more is planned on it,
+    /// its memory and timeline are dropped, and every action in flight on it fails as if
+    /// it had reported `Overdue` (nothing known to have run): an INFER's requests are
+    /// planned again elsewhere if they can still make it, else refused as usual; a LOAD's
+    /// pages are freed. Its id is never reused (a worker that comes back joins as new
+    /// devices), so a report of one of its actions that comes after is unknown and ignored.
+    fn remove_device(&mut self, device: DeviceId, now: Nanos, plan: &mut Plan);
+    /// The delay before `device`'s executor sees an action, measured (a remote worker's
+    /// one-way trip): planning uses it where it exceeds the configured `expected_lag`.
+    /// Policies that do not plan ahead ignore it.
+    fn set_lag(&mut self, _device: DeviceId, _lag: Nanos) {}
     /// Takes back a request still queued (a pipeline withdraws the sub-requests of a root
     /// already answered), answering it `Refusal::Withdrawn` in `plan` so that it uses no
     /// device time. Returns false, and changes nothing, when it is no longer queued (in a
@@ -272,11 +304,12 @@ pub const POLICIES: [&str; PolicyName::ALL.len()] = {
 };
 
 /// Builds the policy `config.name` names: `clockwork`, its ablation without early
-/// refusal `clockwork-nodrop`, or the `reactive` baseline.
+/// refusal `clockwork-nodrop`, the `reactive` baseline, or its Triton-like variant.
 pub fn build(config: &PolicyConfig) -> Box<dyn Policy + Send> {
     match config.name {
         PolicyName::Clockwork => Box::new(ClockworkPolicy::new(config)),
         PolicyName::ClockworkNodrop => Box::new(ClockworkPolicy::new(config).without_early_drop()),
         PolicyName::Reactive => Box::new(ReactivePolicy::new(config)),
+        PolicyName::Triton => Box::new(ReactivePolicy::new(config).triton()),
     }
 }

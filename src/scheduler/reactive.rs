@@ -8,6 +8,10 @@
 //!   recently used models.
 //! - Nothing is planned ahead and nothing is refused: every request is served, however
 //!   late. It exists to be compared with Clockwork on the same arrivals.
+//!
+//! Its Triton-like variant (`triton`, see `reactive_triton.rs`) batches up to the largest
+//! batch, keeps the replica floors it is given and drops a request whose deadline passed
+//! while it waited (Triton's per-model timeout).
 
 use std::collections::VecDeque;
 
@@ -32,6 +36,8 @@ struct Model {
     limit: f64,
     /// A load of it is queued or running somewhere.
     loading: bool,
+    /// Replicas to hold whatever its traffic (Triton-like: fixed, sized ahead).
+    floor: u32,
 }
 
 #[derive(Default)]
@@ -48,6 +54,8 @@ struct Device {
     load_until: Nanos,
     /// The watchdog found an action on it overdue: nothing new goes to it.
     suspect: bool,
+    /// Taken out for good (its worker was lost).
+    gone: bool,
 }
 
 impl Device {
@@ -78,6 +86,8 @@ pub struct ReactivePolicy {
     misses: VecDeque<ModelId>,
     next_action: u64,
     queued: usize,
+    /// The Triton-like variant: full batches, floors, the timeout.
+    triton: bool,
 }
 
 impl ReactivePolicy {
@@ -90,6 +100,7 @@ impl ReactivePolicy {
             misses: VecDeque::new(),
             next_action: 0,
             queued: 0,
+            triton: false,
         }
     }
 
@@ -149,7 +160,12 @@ impl ReactivePolicy {
             return;
         };
         let m = &mut self.models[model.0 as usize];
-        let cap = (m.limit as u32).clamp(1, self.max_batch);
+        let limit = if self.triton {
+            self.max_batch
+        } else {
+            m.limit as u32
+        };
+        let cap = limit.clamp(1, self.max_batch);
         let mut room = m
             .batches
             .iter()
@@ -302,6 +318,9 @@ impl ReactivePolicy {
     }
 }
 
+#[path = "reactive_triton.rs"]
+mod triton;
+
 fn m_pages(models: &[Model], model: ModelId) -> u32 {
     models[model.0 as usize].info.pages
 }
@@ -325,6 +344,7 @@ impl Policy for ReactivePolicy {
             queue: VecDeque::new(),
             limit: 1.0,
             loading: false,
+            floor: 0,
         });
         ModelId(self.models.len() as u32 - 1)
     }
@@ -403,7 +423,17 @@ impl Policy for ReactivePolicy {
         allowed.copied().unwrap_or(1)
     }
 
+    fn set_replica_floor(&mut self, model: ModelId, replicas: u32) {
+        if self.triton {
+            self.models[model.0 as usize].floor = replicas;
+        }
+    }
+
     fn schedule(&mut self, now: Nanos, plan: &mut Plan) {
+        if self.triton {
+            self.time_out(now, plan);
+            self.load_floors(now, plan);
+        }
         for d in 0..self.devices.len() {
             if !self.devices[d].exec_busy && !self.devices[d].suspect {
                 self.run_batch(DeviceId(d as u32), now, plan);
@@ -424,7 +454,63 @@ impl Policy for ReactivePolicy {
     }
 
     fn set_suspect(&mut self, device: DeviceId, suspect: bool) {
-        self.devices[device.0 as usize].suspect = suspect;
+        let d = &mut self.devices[device.0 as usize];
+        d.suspect = suspect || d.gone;
+    }
+
+    fn set_allowed(&mut self, model: ModelId, device: DeviceId, allowed: bool) {
+        let devices = self.devices.len();
+        self.models[model.0 as usize]
+            .info
+            .set_allowed(device, allowed, devices);
+    }
+
+    fn remove_device(&mut self, device: DeviceId, _now: Nanos, _plan: &mut Plan) {
+        let d = &mut self.devices[device.0 as usize];
+        if d.gone {
+            return;
+        }
+        let mut orphans: Vec<ModelId> = d.residents.keys().copied().collect();
+        *d = Device {
+            suspect: true,
+            gone: true,
+            ..Device::default()
+        };
+        let mut lost: Vec<ActionId> = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| f.0 == device)
+            .map(|(&id, _)| id)
+            .collect();
+        lost.sort_unstable();
+        for action in lost {
+            let Some((_, model, work)) = self.in_flight.remove(&action) else {
+                continue;
+            };
+            let m = &mut self.models[model.0 as usize];
+            match work {
+                // The baseline never refuses: its requests go back to the front, to be
+                // served elsewhere (late, if it must).
+                Work::Infer(taken) => {
+                    self.queued += taken.len();
+                    for waiting in taken.into_iter().rev() {
+                        m.queue.push_front(waiting);
+                    }
+                }
+                Work::Load => m.loading = false,
+                Work::Unload => {}
+            }
+            orphans.push(model);
+        }
+        // Models it held with requests waiting need a load elsewhere.
+        orphans.sort_unstable();
+        orphans.dedup();
+        for model in orphans {
+            let m = &self.models[model.0 as usize];
+            if !m.queue.is_empty() && !m.loading && !self.misses.contains(&model) {
+                self.misses.push_back(model);
+            }
+        }
     }
 
     fn next_wakeup(&self, _now: Nanos) -> Option<Nanos> {
@@ -446,6 +532,7 @@ impl Policy for ReactivePolicy {
                     exec_free_at: Device::free_at(d.exec_busy, d.exec_until, now),
                     load_free_at: Device::free_at(d.load_busy, d.load_until, now),
                     suspect: d.suspect,
+                    gone: d.gone,
                 })
                 .collect(),
             ready_replicas: self.ready_replicas(),
@@ -469,83 +556,5 @@ impl ReactivePolicy {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::{BatchLatency, ModelProfile};
-
-    const MS: Nanos = 1_000_000;
-
-    fn policy() -> ReactivePolicy {
-        let mut policy = ReactivePolicy::new(&PolicyConfig::default());
-        let profile = ModelProfile {
-            weight_bytes: 1,
-            load_latency: 7 * MS,
-            batches: vec![BatchLatency {
-                batch: 1,
-                latency: 3 * MS,
-            }],
-        };
-        policy.add_model(ModelInfo {
-            pages: 2,
-            profile,
-            by_kind: Vec::new(),
-            devices: None,
-        });
-        policy.add_device(DeviceInfo {
-            kind: "k".into(),
-            pages: 10,
-        });
-        policy
-    }
-
-    fn request(id: u64, now: Nanos) -> Request {
-        Request {
-            id: RequestId(id),
-            model: ModelId(0),
-            arrival: now,
-            slo: 100 * MS,
-            latest_finish: None,
-            items: 1,
-        }
-    }
-
-    #[test]
-    fn snapshot_reports_queues_pages_and_lane_free_times() {
-        let mut policy = policy();
-        let mut plan = Plan::default();
-        let now = 10 * MS;
-        policy.admit(request(1, now), now, &mut plan);
-        policy.admit(request(2, now), now, &mut plan);
-        policy.schedule(now, &mut plan);
-        let load = plan.actions.pop().expect("a load on the miss");
-        assert_eq!(load.kind, ActionKind::Load);
-        let snap = policy.snapshot(now + MS);
-        assert_eq!((snap.queued, snap.in_flight), (2, 1));
-        let d = &snap.devices[0];
-        assert_eq!((d.pages_used, d.pages, d.models), (2, 10, 1));
-        assert_eq!(d.load_free_at, now + 7 * MS, "the load's profiled end");
-        assert_eq!(d.exec_free_at, now + MS, "an idle lane is free now");
-
-        let done = now + 7 * MS;
-        let measured = crate::scheduler::Measured {
-            begin: now,
-            end: done,
-            duration: 7 * MS,
-        };
-        let outcome = Outcome {
-            action: load.id,
-            result: Ok(measured),
-        };
-        policy.observe(outcome, done, &mut plan);
-        policy.schedule(done, &mut plan);
-        let snap = policy.snapshot(done);
-        assert_eq!((snap.queued, snap.in_flight), (1, 1), "one request runs");
-        assert_eq!(snap.devices[0].exec_free_at, done + 3 * MS);
-        assert_eq!(snap.devices[0].load_free_at, done);
-        // Overdue work is predicted to end now.
-        assert_eq!(
-            policy.snapshot(done + 9 * MS).devices[0].exec_free_at,
-            done + 9 * MS
-        );
-    }
-}
+#[path = "reactive_tests.rs"]
+mod tests;

@@ -31,13 +31,25 @@ struct Device {
     running: [Option<(Action, Measured)>; 2],
     /// Per lane: the earliest pending `Start` event, so a lane is not woken twice.
     armed: [Option<Nanos>; 2],
+    /// Taken away (`Testbed::remove_at`): it reports nothing more.
+    removed: bool,
 }
 
 /// Lanes travel in events by index (events are ordered, lanes need not be).
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
-    Start { device: usize, lane: usize },
-    End { device: usize, lane: usize },
+    Start {
+        device: usize,
+        lane: usize,
+    },
+    End {
+        device: usize,
+        lane: usize,
+    },
+    /// The device vanishes (its worker was lost) and the policy is told.
+    Remove {
+        device: usize,
+    },
 }
 
 /// What a run saw.
@@ -145,6 +157,7 @@ impl<P: Policy> Testbed<P> {
                 core: ExecutorCore::new(pages),
                 running: [None, None],
                 armed: [None, None],
+                removed: false,
             })
             .collect();
         Self {
@@ -166,6 +179,14 @@ impl<P: Policy> Testbed<P> {
     /// Makes every action take `factor` times its profiled duration.
     pub fn with_factor(mut self, factor: f64) -> Self {
         self.factor = factor;
+        self
+    }
+
+    /// Takes `device` away at `at`, as a lost worker: what runs on it never reports, and
+    /// the policy is told to remove it (`Policy::remove_device`). An action planned on it
+    /// after that is a violation.
+    pub fn remove_at(mut self, device: usize, at: Nanos) -> Self {
+        self.at(at, Event::Remove { device });
         self
     }
 
@@ -271,6 +292,13 @@ impl<P: Policy> Testbed<P> {
             }
             self.report.actions += 1;
             let device = action.device.0 as usize;
+            if self.devices[device].removed {
+                self.violation(format!(
+                    "action {} planned on removed device {device}",
+                    action.id.0
+                ));
+                continue;
+            }
             let lane = self.devices[device].core.submit(action);
             self.arm(device, lane, self.now);
         }
@@ -305,6 +333,13 @@ impl<P: Policy> Testbed<P> {
 
     fn handle(&mut self, event: Event) {
         match event {
+            Event::Start { device, .. } | Event::End { device, .. }
+                if self.devices[device].removed => {}
+            Event::Remove { device } => {
+                self.devices[device].removed = true;
+                let id = crate::model::DeviceId(device as u32);
+                self.policy.remove_device(id, self.now, &mut self.plan);
+            }
             Event::Start { device, lane } => {
                 let armed = &mut self.devices[device].armed[lane];
                 if armed.is_some_and(|a| a <= self.now) {

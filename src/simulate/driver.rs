@@ -21,8 +21,9 @@ use crate::config::Config;
 use crate::events::Event;
 use crate::model::{ModelId, TensorSpec};
 use crate::outcome::Outcome;
-use crate::pipeline::{validate, BudgetKind, FanOut, Pipeline, PipelineFile, StageModel};
+use crate::pipeline::{validate, FanOut, Pipeline, PipelineFile, StageModel};
 use crate::report::{Answered, PolicyReport, Recorder, StageOutline};
+use crate::slopt::systems::Parts;
 use crate::tensor::Tensor;
 use crate::time::{virtual_system, Clock, Nanos, MS};
 use crate::workload::{self, Arrival, ClosedLoop, WorkloadKind};
@@ -147,6 +148,8 @@ fn zero_inputs(specs: &[TensorSpec]) -> Vec<Tensor> {
 fn launch(
     args: &PipelineArgs,
     slo: Nanos,
+    parts: &Parts,
+    root_rate: f64,
     runtime: &Runtime,
 ) -> Result<(Arc<Pipeline>, actix::Addr<PipelineActor>), SimulateError> {
     let name = args.which.to_string();
@@ -166,7 +169,7 @@ fn launch(
     };
     let pipeline = validate(&name, &file.pipeline, lookup).map_err(|e| bad(e.to_string()))?;
     let pipeline = Arc::new(pipeline);
-    let profiles = (pipeline.budget == BudgetKind::Tuned).then(|| {
+    let profiles = parts.tuning.map(|_| {
         let profile = |model: &str| {
             let m = runtime.models.iter().find(|m| m.name == model);
             m.map(|m| m.profile.batches.clone()).unwrap_or_default()
@@ -178,7 +181,7 @@ fn launch(
         let at = runtime.models.iter().position(|m| m.name == model)?;
         Some(ModelId(u32::try_from(at).ok()?))
     });
-    let (p, runtime) = (Arc::clone(&pipeline), runtime);
+    let (p, runtime, parts) = (Arc::clone(&pipeline), runtime, *parts);
     let actor = actix::Actor::create(|ctx| {
         let clock = runtime.clock;
         let actor = PipelineActor::build(
@@ -188,10 +191,15 @@ fn launch(
             runtime.events.clone(),
             ctx,
         )
-        .with_backlog(backlog);
-        match profiles {
-            Some(profiles) => actor.tuned(profiles),
-            None => actor,
+        .with_drop(parts.drop);
+        let actor = if parts.drop.earliest() {
+            actor.with_backlog(backlog)
+        } else {
+            actor
+        };
+        match (profiles, parts.tuning) {
+            (Some(profiles), Some(tuned)) => actor.tuned_with(profiles, tuned, Some(root_rate)),
+            _ => actor,
         }
     });
     Ok((pipeline, actor))
@@ -229,10 +237,11 @@ pub fn run_policy(
     args: &SimulateArgs,
     policy: &str,
     config: &Config,
+    parts: &Parts,
 ) -> Result<PolicyReport, SimulateError> {
     let started = Instant::now();
     let system = virtual_system()?;
-    let recorder = system.block_on(simulate(args, policy, config))?;
+    let recorder = system.block_on(simulate(args, policy, config, parts))?;
     Ok(recorder.finish(policy, started.elapsed().as_secs_f64()))
 }
 
@@ -240,6 +249,7 @@ async fn simulate(
     args: &SimulateArgs,
     policy: &str,
     config: &Config,
+    parts: &Parts,
 ) -> Result<Recorder, SimulateError> {
     let clock = Clock::start_virtual();
     let runtime = RuntimeBuilder::from_config(clock, config)?.start()?;
@@ -269,7 +279,8 @@ async fn simulate(
             (target, zero_inputs(&runtime.models[0].inputs))
         }
         Some(pipeline_args) => {
-            let (pipeline, actor) = launch(pipeline_args, args.params.slo, &runtime)?;
+            let (slo, rate) = (args.params.slo, args.params.rate);
+            let (pipeline, actor) = launch(pipeline_args, slo, parts, rate, &runtime)?;
             let stages = outlines(&pipeline);
             recorder
                 .borrow_mut()
@@ -327,7 +338,7 @@ async fn open_loop(
         }
         actix_rt::spawn(sender.request(arrival));
         sent += 1;
-        if sent % 4096 == 0 {
+        if sent.is_multiple_of(4096) {
             bar.set_position(arrival.at / MS);
         }
     }

@@ -17,8 +17,10 @@ use self::pipelines::PipelineArgs;
 use crate::actors::StartError;
 use crate::config::{BackendKind, Config, DeviceGroupConfig, ModelConfig, SimConfig};
 use crate::gpu::profiles;
+use crate::pipeline::BudgetKind;
 use crate::report::{self, PolicyReport, Report, ReportError};
 use crate::scheduler::{UnknownPolicy, POLICIES};
+use crate::slopt::systems::{Parts, System};
 use crate::time::Nanos;
 use crate::workload::{WorkloadError, WorkloadKind, WorkloadParams};
 
@@ -100,11 +102,16 @@ impl SimulateArgs {
                 format!("name at least one of {}", POLICIES.join(", ")),
             );
         }
-        if let Some(p) = self
-            .policies
-            .iter()
-            .find(|p| !POLICIES.contains(&p.as_str()))
-        {
+        if let Some(p) = self.policies.iter().find(|p| self.parts(p).is_err()) {
+            if self.pipeline.is_some() {
+                return bad(
+                    "policy",
+                    format!(
+                        "'{p}' is neither a policy nor a pipeline system ({})",
+                        System::known()
+                    ),
+                );
+            }
             return Err(UnknownPolicy(p.clone()).into());
         }
         if self.workload == WorkloadKind::Closed && self.clients == 0 {
@@ -140,10 +147,25 @@ impl SimulateArgs {
         Ok(())
     }
 
+    /// What `name` runs: a pipeline system's parts, or a plain policy's (SLOpt's
+    /// planning with `--budget tuned`).
+    fn parts(&self, name: &str) -> Result<Parts, UnknownPolicy> {
+        match (name.parse::<System>(), &self.pipeline) {
+            (Ok(system), Some(_)) => Ok(system.parts()),
+            _ => {
+                let tuned = self
+                    .pipeline
+                    .as_ref()
+                    .is_some_and(|p| p.budget == BudgetKind::Tuned);
+                Ok(Parts::legacy(name.parse()?, tuned))
+            }
+        }
+    }
+
     /// The runtime configuration of one policy's run.
     fn config(&self, policy: &str) -> Result<Config, UnknownPolicy> {
         let mut config = Config::default();
-        config.policy.name = policy.parse()?;
+        config.policy.name = self.parts(policy)?.policy;
         config.runtime.default_slo = std::time::Duration::from_nanos(self.params.slo);
         config.devices.push(DeviceGroupConfig {
             backend: BackendKind::Sim,
@@ -159,6 +181,7 @@ impl SimulateArgs {
                 ..SimConfig::default()
             },
             cpu: Default::default(),
+            ort: Default::default(),
         });
         let slo = Some(std::time::Duration::from_nanos(self.params.slo));
         match &self.pipeline {
@@ -217,7 +240,8 @@ pub fn run(args: &SimulateArgs) -> Result<Report, SimulateError> {
     let mut policies: Vec<PolicyReport> = Vec::new();
     for policy in &args.policies {
         let config = args.config(policy)?;
-        policies.push(driver::run_policy(args, policy, &config)?);
+        let parts = args.parts(policy)?;
+        policies.push(driver::run_policy(args, policy, &config, &parts)?);
     }
     let report = Report {
         command: args.command.clone(),

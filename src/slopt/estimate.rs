@@ -219,6 +219,12 @@ impl Cascade {
     /// is the bound of the true compound count rather than bounds stacked on bounds.
     pub fn estimate(&mut self, now: Nanos) -> Vec<StageRate> {
         let rate = self.roots.rate(now);
+        self.at_rate(rate)
+    }
+
+    /// As [`Cascade::estimate`], for roots at `rate` per second (a rate known ahead, as
+    /// an offline planner has it from a sample of the trace).
+    pub fn at_rate(&self, rate: f64) -> Vec<StageRate> {
         let h = self.horizon as f64 / SECOND as f64;
         let mut moments: Vec<(f64, f64)> = Vec::with_capacity(self.parents.len());
         for (v, parent) in self.parents.iter().enumerate() {

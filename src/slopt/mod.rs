@@ -7,13 +7,17 @@
 //! - [`tune`]: ahead-of-time tuning, per stage a latency budget, batch size and replica
 //!   count minimising the replicas along the tree (a dynamic program over budget steps);
 //! - [`planner`]: when to re-solve, the replica targets' hold before scaling down, and
-//!   [`planner::TunedBudget`], the plan as the pipeline's `Budget`.
+//!   [`planner::TunedBudget`], the plan as the pipeline's `Budget`;
+//! - [`tuning`]: the three tied together for the pipeline actor, fed as a system says;
+//! - [`systems`]: SLOpt, its ablations and the baselines as named combinations of parts.
 //!
 //! See "SLOpt planning" in docs/ARCHITECTURE.md.
 
 pub mod estimate;
 pub mod planner;
+pub mod systems;
 pub mod tune;
+pub mod tuning;
 
 use crate::time::{Nanos, MS};
 

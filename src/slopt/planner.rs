@@ -5,18 +5,17 @@
 //! solve; it raises a stage's replica target at once (a LOAD takes time, so it is issued
 //! ahead) and lowers it only after the lower target has held for
 //! [`PlannerConfig::hold_down`]. [`TunedBudget`] sets stage deadlines from the plan's
-//! budgets; [`Tuning`] ties the estimator, the planner and the budget together for the
-//! pipeline actor, which only reports root arrivals and fan-outs with the time.
+//! budgets (`super::tuning::Tuning` ties the estimator, the planner and the budget
+//! together for the pipeline actor).
 
-use std::sync::{Arc, RwLock};
+use std::sync::RwLock;
 
-use super::estimate::{Cascade, DEFAULT_HORIZON, DEFAULT_WINDOW};
-use super::tune::{tune, Plan, StageLoad, TuneError, DEFAULT_STEPS};
+use super::tune::{Plan, Split, StageLoad, TuneError, DEFAULT_STEPS};
 use super::SECOND;
 use crate::model::BatchLatency;
 use crate::pipeline::budget::{split, Budget};
 use crate::pipeline::Pipeline;
-use crate::time::{Nanos, MS};
+use crate::time::Nanos;
 
 /// The re-solve and scale-down rules.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -29,6 +28,11 @@ pub struct PlannerConfig {
     pub hold_down: Nanos,
     /// The dynamic program's budget steps.
     pub steps: u32,
+    /// A moved rate re-solves only this long after the last solve (Nexus's epochs; 0:
+    /// at once).
+    pub settle: Nanos,
+    /// How the budget is split: the dynamic program, or the even split (ablations).
+    pub split: Split,
 }
 
 impl Default for PlannerConfig {
@@ -38,6 +42,8 @@ impl Default for PlannerConfig {
             moved: 0.10,
             hold_down: 30 * SECOND,
             steps: DEFAULT_STEPS,
+            settle: 0,
+            split: Split::Dp,
         }
     }
 }
@@ -89,7 +95,8 @@ impl Planner {
         let moved = self.stages.iter().zip(rates).any(|(s, &r)| {
             (r - s.rate).abs() > self.config.moved * s.rate || (s.rate == 0.0 && r > 0.0)
         });
-        moved || now.saturating_sub(at) >= self.config.every
+        let since = now.saturating_sub(at);
+        (moved && since >= self.config.settle) || since >= self.config.every
     }
 
     /// Takes the rates (per stage, to provision for) at `now`; re-solves when due and
@@ -103,7 +110,10 @@ impl Planner {
             s.rate = r;
         }
         self.solved_at = Some(now);
-        let plan = tune(&self.stages, self.usable, self.config.steps)?;
+        let plan = self
+            .config
+            .split
+            .solve(&self.stages, self.usable, self.config.steps)?;
         self.plan = Some(plan);
         self.follow(now);
         Ok(self.plan.as_ref())
@@ -171,61 +181,6 @@ impl Budget for TunedBudget {
         split(pipeline, stage, now, root_deadline, |v| {
             w.get(v).copied().unwrap_or(0)
         })
-    }
-}
-
-/// Margin taken off the objective before it is split: the network and buffers.
-pub const DEFAULT_MARGIN: Nanos = 2 * MS;
-
-/// A pipeline's planning as its actor drives it.
-#[derive(Debug)]
-pub struct Tuning {
-    cascade: Cascade,
-    planner: Planner,
-    budget: Arc<TunedBudget>,
-}
-
-impl Tuning {
-    /// Planning for `pipeline` whose stages have `profiles` (in stage order).
-    pub fn new(pipeline: &Pipeline, profiles: Vec<Vec<BatchLatency>>) -> Self {
-        let stages = pipeline
-            .stages
-            .iter()
-            .map(|s| s.parent)
-            .zip(profiles)
-            .collect();
-        let usable = pipeline.slo.saturating_sub(DEFAULT_MARGIN).max(1);
-        Self {
-            cascade: Cascade::new(pipeline, DEFAULT_WINDOW, DEFAULT_HORIZON),
-            planner: Planner::new(PlannerConfig::default(), usable, stages),
-            budget: Arc::new(TunedBudget::new(pipeline)),
-        }
-    }
-
-    /// The budget to give every run.
-    pub fn budget(&self) -> Arc<TunedBudget> {
-        Arc::clone(&self.budget)
-    }
-
-    /// A root request arrived at `now`: re-plans if due.
-    pub fn on_root(&mut self, now: Nanos) -> Result<(), TuneError> {
-        self.cascade.on_root(now);
-        let rates: Vec<f64> = self.cascade.estimate(now).iter().map(|r| r.upper).collect();
-        if let Some(plan) = self.planner.observe(now, &rates)? {
-            self.budget.set(plan);
-        }
-        Ok(())
-    }
-
-    /// One completion of `stage`'s parent made `count` requests at `stage`.
-    pub fn on_fan_out(&mut self, stage: usize, count: usize) {
-        self.cascade
-            .on_fan_out(stage, u32::try_from(count).unwrap_or(u32::MAX));
-    }
-
-    /// The planner (its plan and replica targets).
-    pub fn planner(&self) -> &Planner {
-        &self.planner
     }
 }
 

@@ -3,6 +3,8 @@ use proptest::prelude::*;
 use super::*;
 use crate::pipeline::budget::Proportional;
 use crate::pipeline::Stage;
+use crate::slopt::tuning::Tuning;
+use crate::time::MS;
 
 fn profile() -> Vec<BatchLatency> {
     (1..=16)

@@ -15,6 +15,27 @@ use super::SECOND;
 use crate::model::BatchLatency;
 use crate::time::Nanos;
 
+/// How a plan splits the usable budget among the stages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Split {
+    /// [`tune`]: the budgets that minimise the total replicas.
+    #[default]
+    Dp,
+    /// [`even_split`]: in proportion to the batch-1 latencies (the ablation and the
+    /// baselines that do not tune).
+    Even,
+}
+
+impl Split {
+    /// The plan for `stages` under this split.
+    pub fn solve(self, stages: &[StageLoad], usable: Nanos, steps: u32) -> Result<Plan, TuneError> {
+        match self {
+            Self::Dp => tune(stages, usable, steps),
+            Self::Even => even_split(stages, usable, steps),
+        }
+    }
+}
+
 /// Budget steps of the dynamic program: the issue's `L/200`.
 pub const DEFAULT_STEPS: u32 = 200;
 
@@ -116,9 +137,12 @@ fn children(stages: &[StageLoad]) -> Result<Vec<Vec<usize>>, TuneError> {
     Ok(children)
 }
 
-/// The budgets (whole steps of `usable / steps`) that minimise the total replicas.
+/// The budgets (whole steps of `usable / steps`) that minimise the total replicas; among
+/// budgets that tie, each stage takes the one nearest its even-split share of the steps
+/// left (so the plan departs from the even split only where that saves replicas).
 pub fn tune(stages: &[StageLoad], usable: Nanos, steps: u32) -> Result<Plan, TuneError> {
     let children = children(stages)?;
+    let longest = longest(stages, &children);
     let k_max = steps.max(1) as usize;
     let step = usable / k_max as u64;
     // best[v][k]: fewest replicas of v's subtree with k steps left; pick[v][k]: v's steps.
@@ -129,9 +153,10 @@ pub fn tune(stages: &[StageLoad], usable: Nanos, steps: u32) -> Result<Plan, Tun
             .map(|j| stage_plan(&stages[v], j as u64 * step).map(|p| u64::from(p.replicas)))
             .collect();
         for k in 1..=k_max {
-            // A leaf takes every step left (more never costs replicas); other stages
-            // the fewest that reach the optimum, leaving the rest below them.
+            // A leaf takes every step left (more never costs replicas).
             let first = if children[v].is_empty() { k } else { 1 };
+            let even = share(k as u64, single(&stages[v]), longest[v]) as usize;
+            let mut nearest = usize::MAX;
             for j in first..=k {
                 let below = children[v]
                     .iter()
@@ -139,9 +164,12 @@ pub fn tune(stages: &[StageLoad], usable: Nanos, steps: u32) -> Result<Plan, Tun
                 let Some(total) = own[j].zip(below).map(|(a, b)| a + b) else {
                     continue;
                 };
-                if best[v][k].is_none_or(|b| total < b) {
+                let off = j.abs_diff(even);
+                let better = best[v][k].is_none_or(|b| total < b || (total == b && off < nearest));
+                if better {
                     best[v][k] = Some(total);
                     pick[v][k] = j;
+                    nearest = off;
                 }
             }
         }
@@ -176,27 +204,39 @@ fn single(stage: &StageLoad) -> Nanos {
         .map_or(0, |b| b.latency)
 }
 
-/// The pipelines issue's split on the same grid: each stage gets, of the steps left
-/// above it, its share in proportion to the batch-1 latencies of the longest path from
-/// it down (rounded down to whole steps).
-pub fn even_split(stages: &[StageLoad], usable: Nanos, steps: u32) -> Result<Plan, TuneError> {
-    let children = children(stages)?;
-    let k_max = u64::from(steps.max(1));
-    let step = usable / k_max;
+/// Per stage, the batch-1 latencies summed along the longest path from it down.
+fn longest(stages: &[StageLoad], children: &[Vec<usize>]) -> Vec<Nanos> {
     let mut longest = vec![0u64; stages.len()];
     for v in (0..stages.len()).rev() {
         let below = children[v].iter().map(|&c| longest[c]).max().unwrap_or(0);
         longest[v] = single(&stages[v]).saturating_add(below);
     }
+    longest
+}
+
+/// Of `avail` steps, the share in proportion `own / path` (rounded down; all of them
+/// where the path weighs nothing).
+fn share(avail: u64, own: Nanos, path: Nanos) -> u64 {
+    if path == 0 {
+        avail
+    } else {
+        (u128::from(avail) * u128::from(own) / u128::from(path)) as u64
+    }
+}
+
+/// The pipelines issue's split on the same grid: each stage gets, of the steps left
+/// above it, its share in proportion to the batch-1 latencies of the longest path from
+/// it down (rounded down to whole steps).
+pub fn even_split(stages: &[StageLoad], usable: Nanos, steps: u32) -> Result<Plan, TuneError> {
+    let children = children(stages)?;
+    let longest = longest(stages, &children);
+    let k_max = u64::from(steps.max(1));
+    let step = usable / k_max;
     let mut left = vec![k_max; stages.len()];
     let mut plan = Vec::with_capacity(stages.len());
     for (v, s) in stages.iter().enumerate() {
         let avail = s.parent.map_or(k_max, |u| left[u]);
-        let share = if longest[v] == 0 {
-            avail
-        } else {
-            (u128::from(avail) * u128::from(single(s)) / u128::from(longest[v])) as u64
-        };
+        let share = share(avail, single(s), longest[v]);
         left[v] = avail - share;
         plan.push(stage_plan(s, share * step).ok_or(TuneError::TooTight(v))?);
     }

@@ -49,8 +49,9 @@ fn throughput_takes_the_best_batch_within_half_the_budget() {
 #[test]
 fn a_heavy_downstream_stage_gets_the_budget() {
     // a (20 ms, 10/s) -> b (20 ms + 1 ms a request, 2000/s): the even split gives each
-    // 50 ms (b batches 6 in 25 ms: 9 replicas); the DP gives a the 40 ms batch 1 needs
-    // and b 60 ms (batches of 11 in 30 ms: 6 replicas).
+    // 50 ms (b batches 6 in 25 ms: 9 replicas); the DP gives b the 58 ms that batches
+    // of 10 in 29 ms need for its fewest, 6 replicas (60 ms would buy no fewer), and a
+    // the rest, 42 ms (nearest its even share among the budgets that tie).
     let stage = |parent, rate| StageLoad {
         parent,
         profile: profile(20 * MS, MS, 64),
@@ -70,16 +71,16 @@ fn a_heavy_downstream_stage_gets_the_budget() {
     assert_eq!(
         tuned.stages[0],
         StagePlan {
-            budget: 40 * MS,
-            batch: 1,
+            budget: 42 * MS,
+            batch: 2,
             replicas: 1
         }
     );
     assert_eq!(
         tuned.stages[1],
         StagePlan {
-            budget: 60 * MS,
-            batch: 11,
+            budget: 58 * MS,
+            batch: 10,
             replicas: 6
         }
     );
@@ -170,6 +171,24 @@ proptest! {
         if let Ok(even) = even_split(&stages, usable, DEFAULT_STEPS) {
             let tuned = tune(&stages, usable, DEFAULT_STEPS).unwrap();
             prop_assert!(tuned.replicas() <= even.replicas());
+        }
+    }
+
+    /// Where nothing is saved (rates so low that one replica of each stage serves at any
+    /// budget that fits a batch), the DP's plan is the even split's: it departs from the
+    /// even split only to save replicas. (The earlier tie-break, the fewest steps to each
+    /// inner stage, made the first stage's deadline the tightest its batch 1 allows.)
+    /// Mutation that breaks it: `off < nearest` dropped from the tie-break in `tune`.
+    #[test]
+    fn ties_keep_the_even_split(stages in trees(6), usable_ms in 20u64..400) {
+        let usable = usable_ms * MS;
+        let idle: Vec<StageLoad> = stages
+            .into_iter()
+            .map(|s| StageLoad { rate: 0.001, ..s })
+            .collect();
+        if let Ok(even) = even_split(&idle, usable, DEFAULT_STEPS) {
+            let tuned = tune(&idle, usable, DEFAULT_STEPS).unwrap();
+            prop_assert_eq!(tuned, even);
         }
     }
 

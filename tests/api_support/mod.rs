@@ -6,7 +6,7 @@
 use actix_web::dev::ServerHandle;
 use actix_web::HttpServer;
 use clockwork::actors::{Placement, Runtime, RuntimeBuilder};
-use clockwork::api::{self, status_for, ApiSettings, ApiState};
+use clockwork::api::{self, status_for, Access, ApiSettings, ApiState};
 use clockwork::config::Config;
 use clockwork::gpu::profiles;
 use clockwork::model::{DataType, ModelSpec, TensorSpec};
@@ -73,6 +73,16 @@ pub async fn start(settings: ApiSettings) -> TestServer {
 
 /// Starts the runtime of configuration text `config` plus `models`, and the API.
 pub async fn start_with(config: &str, models: Vec<ModelSpec>, settings: ApiSettings) -> TestServer {
+    start_guarded(config, models, settings, Access::open()).await
+}
+
+/// As [`start_with`], its guarded routes needing `access`'s tokens.
+pub async fn start_guarded(
+    config: &str,
+    models: Vec<ModelSpec>,
+    settings: ApiSettings,
+    access: Access,
+) -> TestServer {
     let config = Config::parse(config).expect("test config");
     let mut builder = RuntimeBuilder::from_config(Clock::start(), &config).expect("runtime");
     for model in models {
@@ -82,7 +92,9 @@ pub async fn start_with(config: &str, models: Vec<ModelSpec>, settings: ApiSetti
         .placement(Placement::Threads)
         .start()
         .expect("start");
-    let state = ApiState::new(&runtime, settings).expect("api state");
+    let state = ApiState::new(&runtime, settings)
+        .expect("api state")
+        .with_access(access);
     let served = state.clone();
     let server = HttpServer::new(move || api::app(served.clone()))
         .workers(2)
@@ -104,6 +116,9 @@ pub async fn start_with(config: &str, models: Vec<ModelSpec>, settings: ApiSetti
         handle,
     }
 }
+
+/// The configuration of [`start`], for [`start_guarded`].
+pub const DEFAULT_CONFIG: &str = CONFIG;
 
 /// Starts with the default settings.
 pub async fn start_default() -> TestServer {

@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test file uses its own part
 
 pub mod pipeline_ref;
+pub mod reference;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

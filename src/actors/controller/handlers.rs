@@ -120,6 +120,7 @@ impl Handler<SnapshotController> for Controller {
             admitted: self.admitted,
             answered: self.answered,
             draining: self.draining,
+            waiting_for_devices: self.live_devices < self.parts.settings.wait_for_devices,
             policy: self.parts.policy.snapshot(now),
         })
     }

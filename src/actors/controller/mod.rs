@@ -79,6 +79,9 @@ pub struct ControllerSettings {
     /// How long a `Drain` waits for admitted requests; those still unanswered then are
     /// answered `shutting_down`.
     pub shutdown_grace: Nanos,
+    /// Devices that must have joined before the controller says it is ready
+    /// (`[cluster] wait_for_devices`; its own devices count).
+    pub wait_for_devices: usize,
 }
 
 impl Default for ControllerSettings {
@@ -86,6 +89,7 @@ impl Default for ControllerSettings {
         Self {
             watchdog_grace: 100 * crate::time::MS,
             shutdown_grace: 10_000 * crate::time::MS,
+            wait_for_devices: 0,
         }
     }
 }
@@ -117,12 +121,19 @@ pub struct Controller {
     touched: Vec<ModelId>,
     /// Requests pending per group (pipeline root), for `Withdraw`.
     groups: std::collections::HashMap<GroupId, Vec<RequestId>>,
+    /// Devices serving now: its own and those of the workers connected.
+    live_devices: usize,
+    /// Devices that left for good (their worker was lost).
+    gone: std::collections::BTreeSet<DeviceId>,
 }
 
 impl Controller {
     pub fn new(parts: ControllerParts) -> Self {
         let watchdog = Watchdog::new(parts.settings.watchdog_grace);
+        let live_devices = parts.executors.len();
         Self {
+            live_devices,
+            gone: std::collections::BTreeSet::new(),
             parts,
             pending: IdMap::default(),
             sent: IdMap::default(),
@@ -396,8 +407,11 @@ impl Controller {
     }
 }
 
+mod cluster;
 mod handlers;
 mod reports;
+
+pub use cluster::{DeviceLag, Join, JoiningDevice, Leave};
 
 /// A request's inputs as each item's, checked against the model: `items` (0 taken as 1)
 /// must not pass `max`, the most the policy runs in one batch, nor 1 for a model without

@@ -20,6 +20,8 @@ pub fn code_for(outcome: Outcome) -> Code {
         BadInput | InvalidJson | InvalidBinary | InvalidBody | LoadFailed => Code::InvalidArgument,
         UnknownModel | UnknownVersion | NotFound => Code::NotFound,
         PayloadTooLarge => Code::ResourceExhausted,
+        Unauthorized => Code::Unauthenticated,
+        Forbidden => Code::PermissionDenied,
         ExecutionFailed => Code::Internal,
         // Refusals: the server could not answer in time now; trying later may work.
         DeadlineUnreachable | TimedOut | Withdrawn | ShuttingDown | ModelUnavailable => {

@@ -110,7 +110,7 @@ impl Metrics {
             api_errors: counter(
                 &r,
                 "clockwork_request_errors",
-                "Error answers of the inference routes, by error_type",
+                "Error answers of the inference routes (and refused tokens on any route), by error_type",
                 &["error_type"],
             )?,
             events_lost: registered(&r, events_lost)?,
@@ -263,6 +263,11 @@ impl Metrics {
             // Plans are not counts: only what ran is.
             Event::ActionPlanned(_) => {}
         }
+    }
+
+    /// The registry its series live in: other parts (the cluster's) add theirs to it.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
     }
 
     /// The exposition text.

@@ -9,8 +9,9 @@
 //! copies weights; UNLOAD drops the device's reference; INFER runs a batch on the
 //! smallest plan that holds it and reports the time it took. Graphs are read by
 //! [`graph`], plans built and run by [`plan`], and models profiled at registration by
-//! [`profile`].
+//! [`profile`]; [`batch`] holds the batch rules the `ort` backend shares.
 
+pub mod batch;
 pub mod graph;
 pub mod plan;
 pub mod profile;
@@ -38,6 +39,15 @@ pub enum CpuError {
     Input(String),
     #[error("tract failed: {0}")]
     Run(String),
+}
+
+impl From<batch::BatchError> for CpuError {
+    fn from(error: batch::BatchError) -> Self {
+        match error {
+            batch::BatchError::Input(message) => CpuError::Input(message),
+            batch::BatchError::Shape(message) => CpuError::Unsupported(message),
+        }
+    }
 }
 
 impl From<CpuError> for DeviceError {
@@ -298,6 +308,7 @@ mod tests {
             bytes: Some(Arc::from(&bytes[..])),
             prepared: crate::gpu::Prepared {
                 cpu: Some(Arc::clone(&plans)),
+                ..crate::gpu::Prepared::default()
             },
         };
         // Two devices of different kinds load the one build: no copy, no compilation.

@@ -2,14 +2,14 @@
 //! a batch's tensors in and out of it.
 //!
 //! A batch of `n` requests runs on the plan built for the smallest allowed size of at
-//! least `n`; the missing items are zeros and their outputs are dropped. Tensors cross as
-//! raw little-endian bytes, which is tract's layout on the little-endian machines this
-//! runs on.
+//! least `n`, assembled and split by the rules every real backend shares ([`batch`]).
 
 use tract_onnx::prelude::*;
 use tract_onnx::tract_hir::internal::InferenceFact;
 
+use super::batch::{self, full_shape};
 use super::CpuError;
+use crate::gpu::BatchOutputs;
 use crate::model::{DataType, TensorSpec};
 use crate::tensor::Tensor as Item;
 
@@ -114,7 +114,7 @@ impl Plan {
     }
 
     /// Runs `items` (at most `self.batch` of them) and returns each item's outputs.
-    pub fn run(&self, items: &[&[Item]]) -> Result<Vec<Vec<Item>>, CpuError> {
+    pub fn run(&self, items: &[&[Item]]) -> Result<BatchOutputs, CpuError> {
         let n = items.len();
         if n == 0 || n > self.batch as usize {
             return Err(CpuError::Run(format!(
@@ -130,20 +130,8 @@ impl Plan {
             .runnable
             .run(values)
             .map_err(|e| CpuError::Run(format!("{e:#}")))?;
-        let mut outputs: Vec<Vec<Item>> = (0..n).map(|_| Vec::new()).collect();
-        for (spec, value) in self.outputs.iter().zip(results.iter()) {
-            let bytes = value.as_bytes();
-            let chunk = bytes.len() / self.batch as usize;
-            for (i, item) in outputs.iter_mut().enumerate() {
-                item.push(Item {
-                    name: spec.name.clone(),
-                    datatype: spec.datatype,
-                    shape: spec.shape.iter().map(|&d| d as usize).collect(),
-                    data: bytes[i * chunk..(i + 1) * chunk].into(),
-                });
-            }
-        }
-        Ok(outputs)
+        let bytes = results.iter().map(|value| value.as_bytes());
+        Ok(batch::split_outputs(&self.outputs, bytes, self.batch, n)?)
     }
 
     /// One input of the whole batch: the items' data back to back, zeros for padding.
@@ -156,30 +144,7 @@ impl Plan {
         let shape = full_shape(spec, self.batched, self.batch)?;
         let mut tensor =
             Tensor::zero_dt(datum, &shape).map_err(|e| CpuError::Run(e.to_string()))?;
-        let buffer = tensor.as_bytes_mut();
-        let width = buffer.len() / self.batch as usize;
-        for (i, item) in items.iter().enumerate() {
-            let given = item
-                .iter()
-                .find(|t| t.name == spec.name)
-                .ok_or_else(|| CpuError::Input(format!("missing input '{}'", spec.name)))?;
-            if given.data.len() != width || given.datatype != spec.datatype {
-                return Err(CpuError::Input(format!(
-                    "input '{}' has {} bytes of {:?}, the plan takes {width} of {:?}",
-                    spec.name,
-                    given.data.len(),
-                    given.datatype,
-                    spec.datatype
-                )));
-            }
-            if spec.datatype == DataType::Bool && given.data.iter().any(|&b| b > 1) {
-                return Err(CpuError::Input(format!(
-                    "input '{}' has a BOOL that is neither 0 nor 1",
-                    spec.name
-                )));
-            }
-            buffer[i * width..(i + 1) * width].copy_from_slice(&given.data);
-        }
+        batch::fill_input(spec, items, tensor.as_bytes_mut(), self.batch)?;
         Ok(tensor)
     }
 }
@@ -194,24 +159,6 @@ fn constant_bytes(model: &TypedModel) -> u64 {
         .filter_map(|o| o.fact.mem_size().to_i64().ok())
         .map(|b| b as u64)
         .sum()
-}
-
-/// The shape tract runs: the item's, after a batch dimension if the graph has one.
-fn full_shape(spec: &TensorSpec, batched: bool, batch: u32) -> Result<Vec<usize>, CpuError> {
-    let mut shape = Vec::with_capacity(spec.shape.len() + 1);
-    if batched {
-        shape.push(batch as usize);
-    }
-    for &d in &spec.shape {
-        let d = usize::try_from(d).map_err(|_| {
-            CpuError::Unsupported(format!(
-                "input '{}' has a variable dimension besides the batch",
-                spec.name
-            ))
-        })?;
-        shape.push(d);
-    }
-    Ok(shape)
 }
 
 /// An output of one item from the compiled graph's output fact.

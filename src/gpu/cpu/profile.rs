@@ -1,7 +1,9 @@
 //! Profiling a model on this CPU before it is served, as Clockwork profiles every model
-//! at registration: given the plans built once for the model, time LOADs of them onto a
+//! at registration: given what was built once for the model, time LOADs of it onto a
 //! device of the kind being profiled (the load time), then run every allowed batch size a
-//! number of times, under that kind's threads, on inputs of the declared shapes.
+//! number of times, under that kind's threads, on inputs of the declared shapes. The
+//! measurement goes through the device's own calls ([`measure_device`]), so the `ort`
+//! backend is profiled by the same code as tract's.
 //!
 //! The measured distributions are kept (the repository stores them beside the model so a
 //! restart reuses them); the controller's estimates are seeded from their 99th
@@ -15,7 +17,7 @@ use tract_linalg::multithread::Executor;
 
 use super::{CpuDevice, CpuError, CpuSettings, ModelPlans};
 use crate::gpu::thread::BlockingDevice;
-use crate::gpu::{ModelArtifact, Prepared};
+use crate::gpu::{DeviceError, InferJob, ModelArtifact, Prepared};
 use crate::model::{BatchLatency, DataType, ModelId, ModelProfile, ModelSpec, TensorSpec};
 use crate::stats::Summary;
 use crate::tensor::Tensor;
@@ -91,20 +93,51 @@ pub fn measure(
     spec: &ModelSpec,
     settings: ProfileSettings,
 ) -> Result<MeasuredProfile, CpuError> {
-    let load = time_loads(plans, spec, settings)?;
-    let executor = super::executor(settings.threads);
-    let batches = time_batches(
-        plans,
-        &spec.inputs,
-        (settings.warmup, settings.runs),
-        &executor,
-    )?;
+    let mut device = CpuDevice::new(CpuSettings {
+        pages: 0,
+        threads: settings.threads,
+    });
+    let artifact = ModelArtifact {
+        id: ModelId(0),
+        spec: spec.clone(),
+        bytes: None,
+        prepared: Prepared {
+            cpu: Some(Arc::clone(plans)),
+            ..Prepared::default()
+        },
+    };
+    let batches: Vec<u32> = plans.batches().collect();
+    let (load, batches) = measure_device(&mut device, &artifact, &batches, settings)
+        .map_err(|e| CpuError::Run(e.to_string()))?;
     Ok(MeasuredProfile {
         load,
         batches,
         weight_bytes: plans.weight_bytes(),
         outputs: plans.outputs().to_vec(),
     })
+}
+
+/// Profiles `artifact` on `device`, through the calls a serving device gets: the time of
+/// a LOAD, and of an INFER at each of `batches`. The profiling of every real backend.
+pub fn measure_device(
+    device: &mut dyn BlockingDevice,
+    artifact: &ModelArtifact,
+    batches: &[u32],
+    settings: ProfileSettings,
+) -> Result<(Summary, Vec<BatchProfile>), DeviceError> {
+    let load = time_loads_on(device, artifact, settings.loads)?;
+    device.load(artifact)?;
+    let warmup_runs = (settings.warmup, settings.runs);
+    let timed = time_each(batches, &artifact.spec.inputs, warmup_runs, |items| {
+        let inputs = items.iter().map(|i| Arc::new(i.to_vec())).collect();
+        let job = InferJob {
+            model: artifact.id,
+            inputs,
+        };
+        device.infer(&job).map(drop)
+    });
+    device.unload(artifact.id)?;
+    Ok((load, timed?))
 }
 
 /// Times `settings.loads` (at least one) LOADs of `plans` onto a device of the profiled
@@ -124,15 +157,25 @@ pub fn time_loads(
         bytes: None,
         prepared: Prepared {
             cpu: Some(Arc::clone(plans)),
+            ..Prepared::default()
         },
     };
-    let failed = |e: crate::gpu::DeviceError| CpuError::Run(e.to_string());
+    time_loads_on(&mut device, &artifact, settings.loads).map_err(|e| CpuError::Run(e.to_string()))
+}
+
+/// Times `loads` (at least one) LOADs of `artifact` onto `device`, each followed by an
+/// untimed UNLOAD.
+pub fn time_loads_on(
+    device: &mut dyn BlockingDevice,
+    artifact: &ModelArtifact,
+    loads: u32,
+) -> Result<Summary, DeviceError> {
     let mut samples = Vec::new();
-    for _ in 0..settings.loads.max(1) {
+    for _ in 0..loads.max(1) {
         let begin = Instant::now();
-        device.load(&artifact).map_err(failed)?;
+        device.load(artifact)?;
         samples.push(nanos(begin.elapsed()) as f64);
-        device.unload(artifact.id).map_err(failed)?;
+        device.unload(artifact.id)?;
     }
     Ok(Summary::of(&samples).expect("at least one load"))
 }
@@ -142,26 +185,40 @@ pub fn time_loads(
 pub fn time_batches(
     plans: &ModelPlans,
     inputs: &[TensorSpec],
-    (warmup, runs): (u32, u32),
+    warmup_runs: (u32, u32),
     executor: &Executor,
 ) -> Result<Vec<BatchProfile>, CpuError> {
+    let batches: Vec<u32> = plans.batches().collect();
+    time_each(&batches, inputs, warmup_runs, |items| {
+        plans.run(items, executor).map(drop)
+    })
+}
+
+/// Times `run` on batches of a sample item of `inputs` at each of `batches`: `warmup`
+/// unmeasured runs, then `runs` (at least one) timed ones, per batch size.
+pub fn time_each<E>(
+    batches: &[u32],
+    inputs: &[TensorSpec],
+    (warmup, runs): (u32, u32),
+    mut run: impl FnMut(&[&[Tensor]]) -> Result<(), E>,
+) -> Result<Vec<BatchProfile>, E> {
     let item = sample_item(inputs);
-    let mut batches = Vec::new();
-    for batch in plans.batches() {
+    let mut profiles = Vec::new();
+    for &batch in batches {
         let items: Vec<&[Tensor]> = (0..batch).map(|_| item.as_slice()).collect();
         for _ in 0..warmup {
-            plans.run(&items, executor)?;
+            run(&items)?;
         }
         let mut samples = Vec::with_capacity(runs as usize);
         for _ in 0..runs.max(1) {
             let begin = Instant::now();
-            plans.run(&items, executor)?;
+            run(&items)?;
             samples.push(nanos(begin.elapsed()) as f64);
         }
         let latency = Summary::of(&samples).expect("at least one run");
-        batches.push(BatchProfile { batch, latency });
+        profiles.push(BatchProfile { batch, latency });
     }
-    Ok(batches)
+    Ok(profiles)
 }
 
 /// One item of inputs of the declared shapes: a deterministic ramp for floats, zeros for

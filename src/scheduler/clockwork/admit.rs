@@ -136,9 +136,9 @@ impl ClockworkPolicy {
             if replicas == MAX_PROJECTED {
                 return None;
             }
-            let mut at = device.exec.free_at(now, lanes);
+            let mut at = device.exec.free_at(now, device.timing(lanes));
             if !device.is_ready(model) {
-                at = at.max(device.load.free_at(now, lanes));
+                at = at.max(device.load.free_at(now, device.timing(lanes)));
             }
             free[replicas] = (at, device.kind);
             replicas += 1;

@@ -137,7 +137,7 @@ impl ClockworkPolicy {
             if d.strategies.is_empty() {
                 return;
             }
-            let start = d.exec.free_at(now, self.params.lanes);
+            let start = d.exec.free_at(now, d.timing(self.params.lanes));
             if start >= horizon {
                 return;
             }

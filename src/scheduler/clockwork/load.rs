@@ -54,7 +54,7 @@ impl ClockworkPolicy {
         if now < d.load_retry_at {
             return;
         }
-        let start = d.load.free_at(now, self.params.lanes);
+        let start = d.load.free_at(now, d.timing(self.params.lanes));
         if start >= now + self.params.schedule_ahead {
             return;
         }
@@ -169,9 +169,8 @@ impl ClockworkPolicy {
 
     fn plan_unload(&mut self, device: DeviceId, model: ModelId, now: Nanos, plan: &mut Plan) {
         self.forget_residency(device, model);
-        let start = self.devices[device.0 as usize]
-            .load
-            .free_at(now, self.params.lanes);
+        let d = &self.devices[device.0 as usize];
+        let start = d.load.free_at(now, d.timing(self.params.lanes));
         let action = self.action(
             device,
             model,

@@ -347,7 +347,7 @@ impl Policy for ClockworkPolicy {
 
     fn set_suspect(&mut self, device: DeviceId, suspect: bool) {
         let d = &mut self.devices[device.0 as usize];
-        if d.suspect == suspect {
+        if d.suspect == suspect || d.gone {
             return;
         }
         d.suspect = suspect;
@@ -364,6 +364,48 @@ impl Policy for ClockworkPolicy {
             self.rerank(model);
             self.queue_changed(model, None);
         }
+    }
+
+    fn set_allowed(&mut self, model: ModelId, device: DeviceId, allowed: bool) {
+        let devices = self.devices.len();
+        self.models[model.0 as usize]
+            .info
+            .set_allowed(device, allowed, devices);
+        self.rerank(model);
+    }
+
+    fn set_lag(&mut self, device: DeviceId, lag: Nanos) {
+        self.devices[device.0 as usize].lag = lag;
+    }
+
+    fn remove_device(&mut self, device: DeviceId, now: Nanos, plan: &mut Plan) {
+        self.now = self.now.max(now);
+        if self.devices[device.0 as usize].gone {
+            return;
+        }
+        self.set_suspect(device, true);
+        self.devices[device.0 as usize].gone = true;
+        let mut lost: Vec<ActionId> = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| f.device == device)
+            .map(|(&id, _)| id)
+            .collect();
+        lost.sort_unstable();
+        for action in lost {
+            let result = Err(ActionError::Overdue);
+            self.observe(Outcome { action, result }, now, plan);
+        }
+        let resident: Vec<ModelId> = self.devices[device.0 as usize]
+            .residents
+            .keys()
+            .copied()
+            .collect();
+        for model in resident {
+            self.forget_residency(device, model);
+            self.queue_changed(model, None);
+        }
+        self.devices[device.0 as usize].capacity = 0;
     }
 
     fn withdraw(&mut self, request: RequestId, model: ModelId, plan: &mut Plan) -> bool {
@@ -412,10 +454,18 @@ impl Policy for ClockworkPolicy {
                 // A lane needs the policy again when its planned work drops inside the
                 // schedule-ahead window, if it has something it could take.
                 if !device.strategies.is_empty() {
-                    consider(device.exec.free_at(now, lanes).saturating_sub(ahead));
+                    consider(
+                        device
+                            .exec
+                            .free_at(now, device.timing(lanes))
+                            .saturating_sub(ahead),
+                    );
                 }
                 if loading {
-                    let free = device.load.free_at(now, lanes).saturating_sub(ahead);
+                    let free = device
+                        .load
+                        .free_at(now, device.timing(lanes))
+                        .saturating_sub(ahead);
                     consider(free.max(device.load_retry_at));
                 }
             }
@@ -439,9 +489,10 @@ impl Policy for ClockworkPolicy {
                     pages_used: d.used,
                     pages: d.capacity,
                     models: d.residents.len(),
-                    exec_free_at: d.exec.free_at(now, lanes),
-                    load_free_at: d.load.free_at(now, lanes),
+                    exec_free_at: d.exec.free_at(now, d.timing(lanes)),
+                    load_free_at: d.load.free_at(now, d.timing(lanes)),
                     suspect: d.suspect,
+                    gone: d.gone,
                 })
                 .collect(),
             ready_replicas: self

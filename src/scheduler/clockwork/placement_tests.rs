@@ -174,7 +174,7 @@ fn a_model_wanted_by_rate_evicts_only_models_above_their_own_need() {
     let mut t = 500 * MS;
     for id in 0..150 {
         drive.arrive(id, 0, t);
-        if id % 25 == 0 {
+        if id.is_multiple_of(25) {
             drive.arrive(1_000 + id, 1, t);
         }
         t += 20 * MS;

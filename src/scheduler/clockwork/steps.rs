@@ -74,9 +74,9 @@ impl ClockworkPolicy {
                 .filter(|(_, dev)| {
                     !(suspects && dev.suspect)
                         && now >= dev.load_retry_at
-                        && dev.load.free_at(now, lanes) < horizon
+                        && dev.load.free_at(now, dev.timing(lanes)) < horizon
                 })
-                .map(|(d, dev)| (dev.exec.free_at(now, lanes), d))
+                .map(|(d, dev)| (dev.exec.free_at(now, dev.timing(lanes)), d))
                 .collect();
             order.sort_unstable();
             for (_, d) in order {

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Overload: the default `clockwork serve` (config.toml: cpu devices, the zoo) under
+# `clockwork loadgen` at 10x its capacity for 60 s over HTTP, while sample.py polls
+# readiness and samples the server's RSS; then a normal load right after. Not in CI.
+#
+#   bench/overload/run.sh [--bin PATH] [--duration S] [--factor X]
+#
+# Prints: the capacity (a closed-loop run's in-time answers per second), the burst's
+# outcomes with refusal latency p50/p99 and accepted answers' p99, readiness during the
+# burst, RSS first/max/last, and a second of 0.5x capacity before the burst and each of the
+# five seconds after it.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+bin=""
+duration=60
+factor=10
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --bin) bin=$2; shift 2 ;;
+        --duration) duration=$2; shift 2 ;;
+        --factor) factor=$2; shift 2 ;;
+        *) echo "unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+if [ -z "$bin" ]; then
+    cargo build --locked --quiet --release --bin clockwork
+    bin=target/release/clockwork
+fi
+bin=$(realpath "$bin")
+
+work=$(mktemp -d)
+server_pid=
+sampler_pid=
+cleanup() {
+    for pid in $sampler_pid $server_pid; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+sed -e "s|^listen = .*|listen = \"127.0.0.1:$port\"|" config.toml > "$work/config.toml"
+(cd "$work" && RUST_LOG=warn,clockwork::serve=info exec "$bin" serve --config config.toml) 2> "$work/log" &
+server_pid=$!
+base="http://127.0.0.1:$port"
+for _ in $(seq 1 1200); do
+    curl -sf "$base/v2/health/ready" > /dev/null && break
+    kill -0 "$server_pid" 2>/dev/null || { cat "$work/log"; exit 1; }
+    sleep 0.1
+done
+
+# summary DIR: offered, in time, late, refused, errors, refusal and answer latencies.
+summary() {
+    python3 - "$1/report.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))["policies"][0]
+refused = sum(p["refused"].values())
+print(json.dumps({
+    "offered": p["offered"], "ok_in_slo": p["ok_in_slo"], "late": p["late"],
+    "refused": refused, "refused_by": p["refused"], "failed": p["failed"], "errors": p["errors"],
+    "goodput_per_s": round(p["ok_in_slo"] / p["wall_s"], 1),
+    "answer_p50_ms": p["latency_ms"]["p50"], "answer_p99_ms": p["latency_ms"]["p99"],
+    "refusal_p50_ms": p["refusal_ms"]["p50"], "refusal_p99_ms": p["refusal_ms"]["p99"],
+    "wall_s": round(p["wall_s"], 2)}))
+PY
+}
+
+"$bin" loadgen --url "$base" --workload closed --clients 16 --duration 10s --quiet --out "$work/capacity" 2> /dev/null > /dev/null
+capacity=$(summary "$work/capacity" | python3 -c 'import json,sys; print(json.load(sys.stdin)["goodput_per_s"])')
+rate=$(python3 -c "print(round($capacity * $factor))")
+echo "capacity: $capacity answers/s in time (closed loop, 16 clients, 10 s); burst: $rate/s (${factor}x) for ${duration}s"
+
+# The same normal load before the burst, the reference for "back to normal" below (the
+# same seed: the same requests to the same models).
+after=$(python3 -c "print(max(1, round($capacity / 2)))")
+"$bin" loadgen --url "$base" --workload poisson --rate "$after" --duration 1s --quiet --out "$work/before" 2> /dev/null > /dev/null
+echo "a second before (0.5x, $after/s): $(summary "$work/before")"
+
+python3 bench/overload/sample.py --base "$base" --pid "$server_pid" --stop "$work/stop" > "$work/sample.json" &
+sampler_pid=$!
+"$bin" loadgen --url "$base" --workload poisson --rate "$rate" --duration "${duration}s" --quiet --out "$work/burst" 2> /dev/null > /dev/null
+touch "$work/stop"
+wait "$sampler_pid"
+sampler_pid=
+echo "burst: $(summary "$work/burst")"
+echo "during the burst: $(cat "$work/sample.json")"
+
+# Normal load again, one second at a time: how soon it is served as before the burst.
+for second in 1 2 3 4 5; do
+    "$bin" loadgen --url "$base" --workload poisson --rate "$after" --duration 1s --quiet --out "$work/after$second" 2> /dev/null > /dev/null
+    echo "second $second after (0.5x, $after/s): $(summary "$work/after$second")"
+done
+kill -0 "$server_pid" 2>/dev/null && echo "server: still up"
