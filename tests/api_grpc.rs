@@ -1,20 +1,23 @@
 //! The gRPC API over a real connection, beside the real HTTP server on port 0, with a
 //! tonic client generated from the same .proto: metadata, readiness and config, inference
 //! with raw and typed contents (equal to each other and to HTTP's answer), errors as
-//! codes with the outcome named, repository load/unload, the same metrics; a request of
-//! `n` items (a leading batch dimension, raw or typed) answered `[n, ...]` with the rows of
-//! `n` one-item requests, and its items checked by the HTTP path's rules.
+//! codes with the outcome named, repository load/unload, the same metrics, the HTTP
+//! routes' bearer tokens; a request of `n` items (a leading batch dimension, raw or typed)
+//! answered `[n, ...]` with the rows of `n` one-item requests, and its items checked by
+//! the HTTP path's rules.
 
 mod api_support;
 mod cpu_support;
 
-use api_support::{mlp_request, start_default, start_with, TestServer};
+use api_support::DEFAULT_CONFIG;
+use api_support::{mlp_request, start_default, start_guarded, start_with, TestServer};
 use clockwork::api::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
 use clockwork::api::grpc::proto::model_config::SchedulingChoice;
 use clockwork::api::grpc::proto::model_infer_request::InferInputTensor;
 use clockwork::api::grpc::proto::*;
 use clockwork::api::grpc::status::ERROR_TYPE;
-use clockwork::api::ApiSettings;
+use clockwork::api::{Access, ApiSettings};
+use clockwork::config::{AuthConfig, Token};
 use clockwork::repository::zoo;
 use cpu_support::{config, values, TempDir};
 use serde_json::Value;
@@ -380,5 +383,65 @@ async fn inputs_must_agree_on_their_number_of_items() {
     let (code, kind, message) = failure(client.model_infer(request(mixed)).await);
     assert_eq!((code, kind.as_str()), (Code::InvalidArgument, "bad_input"));
     assert!(message.contains("same number of items"), "{message}");
+    server.stop().await;
+}
+
+/// `request` with `authorization: Bearer <token>` metadata.
+fn with<T>(mut request: tonic::Request<T>, token: &str) -> tonic::Request<T> {
+    let value = format!("Bearer {token}").parse().expect("metadata");
+    request.metadata_mut().insert("authorization", value);
+    request
+}
+
+#[actix_web::test]
+async fn calls_need_the_tokens_their_http_routes_need() {
+    let auth = AuthConfig {
+        admin_tokens: Some(vec![Token::new("admin-1")]),
+        infer_tokens: Some(vec![Token::new("user-2")]),
+    };
+    let access = Access::from_config(&auth);
+    let server = start_guarded(DEFAULT_CONFIG, Vec::new(), ApiSettings::default(), access).await;
+    let mut client = grpc(&server).await;
+    let infer = || tonic::Request::new(mlp(&[0.5; 64], true));
+    let (code, kind, _) = failure(client.model_infer(infer()).await);
+    assert_eq!(
+        (code, kind.as_str()),
+        (Code::Unauthenticated, "unauthorized")
+    );
+    let (code, kind, _) = failure(client.model_infer(with(infer(), "wrong")).await);
+    assert_eq!((code, kind.as_str()), (Code::PermissionDenied, "forbidden"));
+    client
+        .model_infer(with(infer(), "user-2"))
+        .await
+        .expect("the inference token infers");
+    let unload = || {
+        tonic::Request::new(RepositoryModelUnloadRequest {
+            model_name: "mlp".into(),
+            ..Default::default()
+        })
+    };
+    let (code, _, _) = failure(
+        client
+            .repository_model_unload(with(unload(), "user-2"))
+            .await,
+    );
+    assert_eq!(code, Code::PermissionDenied);
+    client
+        .repository_model_unload(with(unload(), "admin-1"))
+        .await
+        .expect("the admin token unloads");
+    // Reading calls stay open.
+    let ready = ModelReadyRequest {
+        name: "mlp".into(),
+        version: String::new(),
+    };
+    assert!(
+        !client
+            .model_ready(ready)
+            .await
+            .expect("open")
+            .into_inner()
+            .ready
+    );
     server.stop().await;
 }

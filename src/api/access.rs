@@ -55,12 +55,9 @@ impl Access {
         }
     }
 
-    /// Whether `authorization` (the request's header) lets it use a route of `role`.
-    pub fn check(
-        &self,
-        role: Role,
-        authorization: Option<&header::HeaderValue>,
-    ) -> Result<(), ApiError> {
+    /// Whether `authorization` (the request's header, or a gRPC call's metadata of that
+    /// name) lets it use a route of `role`.
+    pub fn check(&self, role: Role, authorization: Option<&[u8]>) -> Result<(), ApiError> {
         let accepted: Vec<&Token> = match role {
             Role::Admin => match &self.admin {
                 Some(admin) => admin.iter().collect(),
@@ -72,7 +69,7 @@ impl Access {
             },
         };
         let presented = authorization
-            .and_then(|value| bearer(value.as_bytes()))
+            .and_then(bearer)
             .ok_or(ApiError::Unauthorized { role })?;
         // Every token is compared, whichever matches, so the time taken does not say
         // which one did (only a length differing from all of them is quicker to tell).
@@ -109,7 +106,10 @@ where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
 {
     let verdict = match role_of(request.method(), request.match_pattern().as_deref()) {
-        Some(role) => access.check(role, request.headers().get(header::AUTHORIZATION)),
+        Some(role) => {
+            let authorization = request.headers().get(header::AUTHORIZATION);
+            access.check(role, authorization.map(|v| v.as_bytes()))
+        }
         None => Ok(()),
     };
     let call = match verdict {
@@ -141,7 +141,8 @@ mod tests {
 
     fn check(access: &Access, role: Role, header: Option<&str>) -> Option<Outcome> {
         let value = header.map(|h| header::HeaderValue::from_str(h).expect("header"));
-        access.check(role, value.as_ref()).err().map(|e| e.kind())
+        let bytes = value.as_ref().map(|v| v.as_bytes());
+        access.check(role, bytes).err().map(|e| e.kind())
     }
 
     #[test]

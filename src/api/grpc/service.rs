@@ -1,5 +1,7 @@
 //! `inference.GRPCInferenceService`: each call translated to the function the HTTP route
 //! calls (`health.rs`, `models.rs`, `repository.rs`, `infer.rs`) and its answer back.
+//! The calls that change state or infer need the tokens their HTTP routes need
+//! (`access.rs`, as `authorization: Bearer <token>` metadata); reading calls are open.
 
 use tonic::{Request, Response, Status};
 
@@ -11,6 +13,7 @@ use super::proto::repository_index_response::ModelIndex;
 use super::proto::*;
 use super::status::status;
 use super::{config, infer};
+use crate::config::Role;
 use crate::outcome::Outcome;
 
 /// The service over the API's state.
@@ -24,6 +27,19 @@ type Answer<T> = Result<Response<T>, Status>;
 /// The protocol's empty version: the one the server serves.
 fn version(v: &str) -> Option<&str> {
     Some(v).filter(|v| !v.is_empty())
+}
+
+/// Lets a call of `role` through if the access rules of the HTTP routes (`access.rs`)
+/// accept its `authorization` metadata; a refusal is counted as HTTP's are.
+fn allowed<T>(state: &ApiState, request: &Request<T>, role: Role) -> Result<(), Status> {
+    let authorization = request.metadata().get("authorization");
+    let checked = state
+        .access
+        .check(role, authorization.map(|v| v.as_bytes()));
+    checked.map_err(|refusal| {
+        state.metrics.api_error(&refusal, None);
+        status(&refusal)
+    })
 }
 
 fn answer<T>(result: Result<T, ApiError>) -> Answer<T> {
@@ -91,6 +107,7 @@ impl GrpcInferenceService for GrpcApi {
     }
 
     async fn model_infer(&self, request: Request<ModelInferRequest>) -> Answer<ModelInferResponse> {
+        allowed(&self.state, &request, Role::Infer)?;
         infer::infer(&self.state, request).await
     }
 
@@ -128,6 +145,7 @@ impl GrpcInferenceService for GrpcApi {
         &self,
         request: Request<RepositoryModelLoadRequest>,
     ) -> Answer<RepositoryModelLoadResponse> {
+        allowed(&self.state, &request, Role::Admin)?;
         let r = request.into_inner();
         let loaded = async {
             repository::refuse_overrides(r.parameters.keys().map(String::as_str))?;
@@ -140,6 +158,7 @@ impl GrpcInferenceService for GrpcApi {
         &self,
         request: Request<RepositoryModelUnloadRequest>,
     ) -> Answer<RepositoryModelUnloadResponse> {
+        allowed(&self.state, &request, Role::Admin)?;
         let r = request.into_inner();
         let unloaded = repository::refuse_overrides(r.parameters.keys().map(String::as_str))
             .and_then(|()| repository::unload_model(&self.state, &r.model_name));
