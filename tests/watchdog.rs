@@ -196,6 +196,7 @@ fn a_drain_ends_at_its_deadline_even_if_a_device_hangs() {
         let settings = ControllerSettings {
             watchdog_grace: GRACE,
             shutdown_grace: 200 * MS,
+            ..ControllerSettings::default()
         };
         let runtime = RuntimeBuilder::new(clock, PolicyConfig::default())
             .model(spec)

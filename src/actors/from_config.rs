@@ -11,6 +11,7 @@ use crate::config::{
 use crate::cores::{self, Core, CorePlan, Machine};
 use crate::gpu::cpu::profile::ProfileSettings;
 use crate::gpu::cpu::{CpuDevice, CpuSettings};
+use crate::gpu::fault::Faulty;
 use crate::gpu::profiles;
 use crate::gpu::sim::{SimDevice, SimSettings};
 use crate::gpu::thread::DeviceThread;
@@ -24,6 +25,7 @@ impl RuntimeBuilder {
         let settings = super::ControllerSettings {
             watchdog_grace: nanos(config.server.watchdog_grace),
             shutdown_grace: nanos(config.server.shutdown_grace),
+            ..Default::default()
         };
         let mut builder = Self::new(clock, config.policy.clone())
             .runtime(config.runtime.clone())
@@ -43,7 +45,10 @@ impl RuntimeBuilder {
                     (BackendKind::Cpu, Some(plan)) => plan.devices[cpu_devices + i as usize],
                     _ => None,
                 };
-                let backend = device(clock, group, i, builder.devices.len(), core)?;
+                let mut backend = device(clock, group, i, builder.devices.len(), core)?;
+                if let Some(faults) = group.faults.as_ref().filter(|f| f.applies_to(i)) {
+                    backend = Box::new(Faulty::new(backend, clock, faults, u64::from(i)));
+                }
                 builder = builder.configured_device(Some(group.backend), backend);
             }
             if group.backend == BackendKind::Cpu {

@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::cores::DeviceCount;
 pub use devices::{
-    BackendKind, CpuConfig, DeviceGroupConfig, ModelConfig, SimConfig, SlowdownConfig,
-    DEFAULT_CPU_PAGES,
+    BackendKind, CpuConfig, DeviceGroupConfig, FaultConfig, FaultEpisode, ModelConfig, SimConfig,
+    SlowdownConfig, DEFAULT_CPU_PAGES,
 };
 
 mod devices;

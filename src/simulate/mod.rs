@@ -158,6 +158,7 @@ impl SimulateArgs {
                 skip_outputs: self.pipeline.is_none(),
                 ..SimConfig::default()
             },
+            faults: None,
             cpu: Default::default(),
         });
         let slo = Some(std::time::Duration::from_nanos(self.params.slo));

@@ -12,6 +12,7 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use super::admission::AdmissionTable;
+use super::health::{Health, HealthRule};
 use super::messages::{
     ActionReport, ControllerSnapshot, Drain, Edge, Execute, GroupId, Infer, InferError,
     InferResult, Inferred, RegisterError, RegisterModel, RequestTiming, SetReplicaFloor,
@@ -76,6 +77,8 @@ pub struct ControllerSettings {
     /// How long a `Drain` waits for admitted requests; those still unanswered then are
     /// answered `shutting_down`.
     pub shutdown_grace: Nanos,
+    /// Which failures take a device out and when it is probed (see [`super::health`]).
+    pub health: HealthRule,
 }
 
 impl Default for ControllerSettings {
@@ -83,6 +86,7 @@ impl Default for ControllerSettings {
         Self {
             watchdog_grace: 100 * crate::time::MS,
             shutdown_grace: 10_000 * crate::time::MS,
+            health: HealthRule::default(),
         }
     }
 }
@@ -100,6 +104,12 @@ pub struct Controller {
     outputs: IdMap<RequestId, (Vec<Tensor>, RequestTiming)>,
     /// Deadlines of the actions in flight, and the suspect devices.
     watchdog: Watchdog,
+    /// Devices taken out by failures or crashes, and when to probe them.
+    health: Health,
+    /// Probes in flight: the device each one tests.
+    probes: IdMap<ActionId, DeviceId>,
+    /// Devices the policy was told are out of service (suspect).
+    out: std::collections::BTreeSet<DeviceId>,
     /// When a `Drain` gives up waiting and answers what is left.
     drain_deadline: Option<Nanos>,
     /// Repair actions sent so far (for their ids).
@@ -119,6 +129,7 @@ pub struct Controller {
 impl Controller {
     pub fn new(parts: ControllerParts) -> Self {
         let watchdog = Watchdog::new(parts.settings.watchdog_grace);
+        let health = Health::new(parts.settings.health);
         Self {
             parts,
             pending: IdMap::default(),
@@ -127,6 +138,9 @@ impl Controller {
             plan: Plan::default(),
             outputs: IdMap::default(),
             watchdog,
+            health,
+            probes: IdMap::default(),
+            out: Default::default(),
             drain_deadline: None,
             next_repair: 0,
             wakeup: None,
@@ -207,6 +221,7 @@ impl Controller {
     fn step(&mut self, ctx: &mut Context<Self>) {
         let now = self.now();
         self.fail_overdue(now);
+        self.send_probes(now);
         self.parts.policy.schedule(now, &mut self.plan);
         let mut plan = std::mem::take(&mut self.plan);
         for answer in plan.answers.drain(..) {
@@ -349,6 +364,7 @@ impl Controller {
         let at = [
             self.parts.policy.next_wakeup(now),
             self.watchdog.next_deadline(),
+            self.health.next_probe(),
             self.drain_deadline,
         ]
         .into_iter()
