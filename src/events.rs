@@ -29,6 +29,41 @@ pub enum Event {
     StageAnswered(StageAnswered),
     /// One upstream result became this many requests to a stage.
     FanOut(FanOut),
+    /// A device went out of service or came back (see `actors::health`).
+    DeviceHealth(DeviceHealth),
+}
+
+/// Why a device is out of service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutCause {
+    /// An action of it had no report by the watchdog's deadline.
+    Hung,
+    /// Failures in a row (the health rule's strikes).
+    Failing,
+    /// Its code panicked or its thread is gone.
+    Crashed,
+}
+
+impl OutCause {
+    /// The name in metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Hung => "hung",
+            Self::Failing => "failing",
+            Self::Crashed => "crashed",
+        }
+    }
+}
+
+/// A device went out of service, or came back into it.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct DeviceHealth {
+    pub device: DeviceId,
+    /// When the controller decided it.
+    pub at: Nanos,
+    /// Why it is out now; `None` when it came back.
+    pub out: Option<OutCause>,
 }
 
 /// A shared name, serialised as the string.

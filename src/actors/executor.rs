@@ -15,7 +15,8 @@ use actix::prelude::*;
 
 use super::messages::{ActionReport, Execute, ExecutorSnapshot, FetchArtifact, SnapshotExecutor};
 use crate::gpu::{
-    Backend, BackendFuture, BackendInfo, BatchOutputs, Executed, InferJob, ModelArtifact,
+    Backend, BackendFuture, BackendInfo, BatchOutputs, DeviceError, Executed, InferJob,
+    ModelArtifact,
 };
 use crate::model::DeviceId;
 use crate::protocol::core::{ExecutorCore, Lane, Step};
@@ -155,24 +156,28 @@ impl Executor {
         work: BackendFuture<Executed<Option<BatchOutputs>>>,
         ctx: &mut Context<Self>,
     ) {
-        let done = work.into_actor(self).map(move |result, act, ctx| {
-            let end = act.clock.now();
-            let (measured, outputs) = match result {
-                Ok(executed) => {
-                    let duration = executed.device_time.unwrap_or(end - begin);
-                    (
-                        Ok(Measured {
-                            begin,
-                            end,
-                            duration,
-                        }),
-                        executed.value,
-                    )
-                }
-                Err(error) => (Err(ActionError::Device(error.to_string())), None),
-            };
-            act.finish(&action, measured, outputs, ctx);
-        });
+        // A backend that panics fails its action; the executor and its device live on.
+        let done =
+            crate::gpu::fault::catch_panics(work)
+                .into_actor(self)
+                .map(move |result, act, ctx| {
+                    let end = act.clock.now();
+                    let (measured, outputs) = match result {
+                        Ok(executed) => {
+                            let duration = executed.device_time.unwrap_or(end - begin);
+                            (
+                                Ok(Measured {
+                                    begin,
+                                    end,
+                                    duration,
+                                }),
+                                executed.value,
+                            )
+                        }
+                        Err(error) => (Err(action_error(error)), None),
+                    };
+                    act.finish(&action, measured, outputs, ctx);
+                });
         ctx.spawn(done);
     }
 
@@ -201,6 +206,15 @@ impl Executor {
             result,
             outputs,
         });
+    }
+}
+
+/// A device's error as the report says it: a crash is told apart from a failure, since
+/// the controller's health rule treats them differently.
+fn action_error(error: DeviceError) -> ActionError {
+    match error {
+        DeviceError::Panicked(_) | DeviceError::Gone(_) => ActionError::Crashed(error.to_string()),
+        other => ActionError::Device(other.to_string()),
     }
 }
 

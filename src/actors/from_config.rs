@@ -12,6 +12,7 @@ use crate::cores::{self, Core, CorePlan, Machine};
 use crate::gpu::cpu::profile::ProfileSettings;
 use crate::gpu::cpu::{CpuDevice, CpuSettings};
 use crate::gpu::ort::{self, OrtDevice, OrtSettings};
+use crate::gpu::fault::Faulty;
 use crate::gpu::profiles;
 use crate::gpu::sim::{SimDevice, SimSettings};
 use crate::gpu::thread::{BlockingDevice, DeviceThread};
@@ -26,6 +27,7 @@ impl RuntimeBuilder {
             watchdog_grace: nanos(config.server.watchdog_grace),
             shutdown_grace: nanos(config.server.shutdown_grace),
             wait_for_devices: config.cluster.wait_for_devices,
+            ..Default::default()
         };
         let mut builder = Self::new(clock, config.policy.clone())
             .runtime(config.runtime.clone())
@@ -142,7 +144,10 @@ pub fn devices_from_config(
                 (true, Some(plan)) => plan.devices[cpu_devices + i as usize],
                 _ => None,
             };
-            let backend = device(clock, group, i, devices.len(), core)?;
+            let mut backend = device(clock, group, i, devices.len(), core)?;
+            if let Some(faults) = group.faults.as_ref().filter(|f| f.applies_to(i)) {
+                backend = Box::new(Faulty::new(backend, clock, faults, u64::from(i)));
+            }
             devices.push((group.backend, backend));
         }
         if on_cores {

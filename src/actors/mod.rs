@@ -4,6 +4,7 @@
 //! - [`Executor`]: one per device; runs actions on a [`Backend`](crate::gpu::Backend).
 //! - [`ModelCache`]: registered models and their artifacts.
 //! - [`admission`]: the per-model views the HTTP front end refuses requests by.
+//! - [`health`]: which failures take a device out of service, and how it comes back.
 //! - [`registry`]: the one place that registers a model and gives it its id.
 //! - [`pipeline`], [`pipeline_stage`]: one actor per registered pipeline and one per
 //!   stage; they run root requests through the stages' models via the controller.
@@ -21,6 +22,7 @@ mod controller;
 pub mod eligibility;
 mod executor;
 mod from_config;
+pub mod health;
 pub mod messages;
 mod model_cache;
 pub mod pipeline;

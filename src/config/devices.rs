@@ -53,6 +53,54 @@ pub struct DeviceGroupConfig {
     /// Settings of `ort` devices.
     #[serde(default)]
     pub ort: OrtConfig,
+    /// Faults injected on purpose (any backend): for tests and soak runs, never for
+    /// serving. None by default.
+    pub faults: Option<FaultConfig>,
+}
+
+/// Faults to inject in a group's devices (`[devices.faults]`), wrapped around whatever
+/// backend the group runs (`gpu::fault`). Times count from the clock's epoch (the
+/// server's start).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FaultConfig {
+    /// Which devices of the group misbehave (0-based, in the group); all if absent, so
+    /// that a test can keep the others healthy.
+    pub devices: Option<Vec<u32>>,
+    /// Seed of the failure draws; the devices of a group get consecutive seeds.
+    pub seed: u64,
+    /// Probability that any action fails with an injected device error.
+    pub failure_rate: f64,
+    /// Probability that a LOAD fails (weights that cannot be copied in), on top of
+    /// `failure_rate`.
+    pub load_failure_rate: f64,
+    /// A window in which every action takes `factor` times as long.
+    pub slowdown: Option<SlowdownConfig>,
+    /// From a time on, the device hangs: actions started in the episode wait, without a
+    /// word, until it ends (forever if it has no end), then run.
+    pub hang: Option<FaultEpisode>,
+    /// From a time on, every action panics in the backend (a crashing driver): the
+    /// action fails, the server lives on.
+    pub panic: Option<FaultEpisode>,
+}
+
+impl FaultConfig {
+    /// Whether device `i` of the group misbehaves.
+    pub fn applies_to(&self, i: u32) -> bool {
+        self.devices.as_ref().is_none_or(|d| d.contains(&i))
+    }
+}
+
+/// When a fault lasts.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultEpisode {
+    /// Start, from the clock's epoch.
+    #[serde(with = "humantime_serde")]
+    pub from: Duration,
+    /// How long it lasts; forever if absent.
+    #[serde(default, with = "humantime_serde")]
+    pub lasting: Option<Duration>,
 }
 
 /// How a `cpu` device runs tract.
@@ -116,7 +164,7 @@ pub struct SimConfig {
 }
 
 /// A window of degraded speed.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Copy, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SlowdownConfig {
     /// Start, from the clock's epoch.

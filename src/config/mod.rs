@@ -16,8 +16,8 @@ pub use crate::cores::DeviceCount;
 pub use access::{AuthConfig, ConnectionConfig, Role, TlsConfig, Token};
 pub use cluster::{ClusterConfig, TOKEN_ENV};
 pub use devices::{
-    BackendKind, CpuConfig, DeviceGroupConfig, ModelConfig, OrtConfig, SimConfig, SlowdownConfig,
-    DEFAULT_CPU_PAGES,
+    BackendKind, CpuConfig, DeviceGroupConfig, FaultConfig, FaultEpisode, ModelConfig, OrtConfig,
+    SimConfig, SlowdownConfig, DEFAULT_CPU_PAGES,
 };
 
 mod access;

@@ -9,11 +9,13 @@
 //! - [`sim`]: an emulated device following latency profiles (first-class, for testers).
 //! - [`cpu`]: real ONNX inference with tract, one dedicated thread per device.
 //! - [`ort`]: real ONNX inference with ONNX Runtime (loaded at run time), the same way.
+//! - [`fault`]: faults injected on purpose around any backend, for tests and soak runs.
 //! - [`thread`]: adapter that runs a blocking device on a dedicated thread; real
 //!   backends (cpu, cuda) implement [`thread::BlockingDevice`].
 
 pub mod cpu;
 pub mod ort;
+pub mod fault;
 pub mod profiles;
 pub mod sim;
 pub mod thread;
@@ -37,6 +39,10 @@ pub enum DeviceError {
     BadInput(String),
     #[error("device is gone: {0}")]
     Gone(String),
+    /// The device's code panicked (caught on its thread or by the executor): the health
+    /// rule takes such a device out at once.
+    #[error("{0}")]
+    Panicked(String),
     #[error("{0}")]
     Other(String),
 }

@@ -115,7 +115,7 @@ fn serve(mut device: impl BlockingDevice, queue: mpsc::Receiver<Job>) {
         // A panic inside a device library (a bad graph, a bug) fails this job, not the
         // device: the thread lives on for the next one.
         let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(device)))
-            .unwrap_or_else(|panic| Err(DeviceError::Other(panic_message(&panic))))?;
+            .unwrap_or_else(|panic| Err(DeviceError::Panicked(panic_message(&panic))))?;
         let host = nanos(begin.elapsed());
         Ok(Executed {
             value,
@@ -139,7 +139,7 @@ fn serve(mut device: impl BlockingDevice, queue: mpsc::Receiver<Job>) {
 }
 
 /// What a panic said, as far as it can be told.
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+pub(super) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     let text = panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())

@@ -136,6 +136,11 @@ pub enum ActionError {
     AlreadyResident,
     #[error("device failed: {0}")]
     Device(String),
+    /// The device's code panicked or its thread is gone: unlike an ordinary failure, one
+    /// is enough for the controller's health rule to take the device out
+    /// (`actors::health`).
+    #[error("device crashed: {0}")]
+    Crashed(String),
     /// The controller's watchdog gave up on it: no report came by its deadline (see
     /// `actors::watchdog`). Nothing is known of what the device did.
     #[error("no report from the device in time (the device is suspect)")]

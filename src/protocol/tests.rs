@@ -62,6 +62,7 @@ fn error() -> impl Strategy<Value = ActionError> {
         Just(ActionError::NoFreePages),
         Just(ActionError::AlreadyResident),
         ".{0,40}".prop_map(ActionError::Device),
+        ".{0,40}".prop_map(ActionError::Crashed),
     ]
 }
 

@@ -139,6 +139,9 @@ pub struct Testbed<P> {
     /// Items of each admitted request, until it is put in a batch (a second batch of it
     /// is a split request).
     items: IdMap<u64, u32>,
+    /// Items of each request in a batch that started: given back if its device is removed
+    /// mid-run (the policy then re-plans the request, which is no split).
+    running_items: IdMap<u64, u32>,
     report: Report,
     plan: Plan,
 }
@@ -171,6 +174,7 @@ impl<P: Policy> Testbed<P> {
             seq: 0,
             answered: IdMap::default(),
             items: IdMap::default(),
+            running_items: IdMap::default(),
             report: Report::default(),
             plan: Plan::default(),
         }
@@ -337,6 +341,7 @@ impl<P: Policy> Testbed<P> {
                 if self.devices[device].removed => {}
             Event::Remove { device } => {
                 self.devices[device].removed = true;
+                self.give_back_items(device);
                 let id = crate::model::DeviceId(device as u32);
                 self.policy.remove_device(id, self.now, &mut self.plan);
             }
@@ -355,10 +360,30 @@ impl<P: Policy> Testbed<P> {
                 match action.kind {
                     ActionKind::Load => self.report.loads += 1,
                     ActionKind::Unload => self.report.unloads += 1,
-                    ActionKind::Infer { .. } => {}
+                    ActionKind::Infer { ref requests } => {
+                        for r in requests {
+                            self.running_items.remove(&r.0);
+                        }
+                    }
                 }
                 self.observe(&action, Ok(measured));
                 self.pump(device, Lane::ALL[lane]);
+            }
+        }
+    }
+
+    /// The batches running on a removed device will never end: their requests may be
+    /// batched again.
+    fn give_back_items(&mut self, device: usize) {
+        for running in &mut self.devices[device].running {
+            if let Some((action, _)) = running.take() {
+                if let ActionKind::Infer { requests } = &action.kind {
+                    for r in requests {
+                        if let Some(n) = self.running_items.remove(&r.0) {
+                            self.items.insert(r.0, n);
+                        }
+                    }
+                }
             }
         }
     }
@@ -429,7 +454,10 @@ impl<P: Policy> Testbed<P> {
         let mut items = 0;
         for r in requests {
             match self.items.remove(&r.0) {
-                Some(n) => items += n as usize,
+                Some(n) => {
+                    items += n as usize;
+                    self.running_items.insert(r.0, n);
+                }
                 None => self.violation(format!("request {} batched twice", r.0)),
             }
         }

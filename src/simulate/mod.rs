@@ -180,6 +180,7 @@ impl SimulateArgs {
                 skip_outputs: self.pipeline.is_none(),
                 ..SimConfig::default()
             },
+            faults: None,
             cpu: Default::default(),
             ort: Default::default(),
         });

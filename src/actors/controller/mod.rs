@@ -12,6 +12,7 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use super::admission::AdmissionTable;
+use super::health::{Health, HealthRule};
 use super::messages::{
     ActionReport, ControllerSnapshot, Drain, Edge, Execute, GroupId, Infer, InferError,
     InferResult, Inferred, RegisterError, RegisterModel, RequestTiming, SetReplicaFloor,
@@ -82,6 +83,8 @@ pub struct ControllerSettings {
     /// Devices that must have joined before the controller says it is ready
     /// (`[cluster] wait_for_devices`; its own devices count).
     pub wait_for_devices: usize,
+    /// Which failures take a device out and when it is probed (see [`super::health`]).
+    pub health: HealthRule,
 }
 
 impl Default for ControllerSettings {
@@ -90,6 +93,7 @@ impl Default for ControllerSettings {
             watchdog_grace: 100 * crate::time::MS,
             shutdown_grace: 10_000 * crate::time::MS,
             wait_for_devices: 0,
+            health: HealthRule::default(),
         }
     }
 }
@@ -107,6 +111,12 @@ pub struct Controller {
     outputs: IdMap<RequestId, (Vec<Tensor>, RequestTiming)>,
     /// Deadlines of the actions in flight, and the suspect devices.
     watchdog: Watchdog,
+    /// Devices taken out by failures or crashes, and when to probe them.
+    health: Health,
+    /// Probes in flight: the device each one tests.
+    probes: IdMap<ActionId, DeviceId>,
+    /// Devices the policy was told are out of service (suspect).
+    out: std::collections::BTreeSet<DeviceId>,
     /// When a `Drain` gives up waiting and answers what is left.
     drain_deadline: Option<Nanos>,
     /// Repair actions sent so far (for their ids).
@@ -131,6 +141,7 @@ impl Controller {
     pub fn new(parts: ControllerParts) -> Self {
         let watchdog = Watchdog::new(parts.settings.watchdog_grace);
         let live_devices = parts.executors.len();
+        let health = Health::new(parts.settings.health);
         Self {
             live_devices,
             gone: std::collections::BTreeSet::new(),
@@ -141,6 +152,9 @@ impl Controller {
             plan: Plan::default(),
             outputs: IdMap::default(),
             watchdog,
+            health,
+            probes: IdMap::default(),
+            out: Default::default(),
             drain_deadline: None,
             next_repair: 0,
             wakeup: None,
@@ -227,6 +241,7 @@ impl Controller {
     fn step(&mut self, ctx: &mut Context<Self>) {
         let now = self.now();
         self.fail_overdue(now);
+        self.send_probes(now);
         self.parts.policy.schedule(now, &mut self.plan);
         let mut plan = std::mem::take(&mut self.plan);
         for answer in plan.answers.drain(..) {
@@ -385,6 +400,7 @@ impl Controller {
         let at = [
             self.parts.policy.next_wakeup(now),
             self.watchdog.next_deadline(),
+            self.health.next_probe(),
             self.drain_deadline,
         ]
         .into_iter()

@@ -1,7 +1,10 @@
 //! The controller's side of executor reports: applying them to the policy, the watchdog
-//! that fails actions whose report is overdue, and what a drain's deadline leaves.
+//! that fails actions whose report is overdue, the health rule and its probes, and what a
+//! drain's deadline leaves.
 
 use super::*;
+use crate::actors::health::{Change, PROBE_MODEL};
+use crate::events::OutCause;
 
 impl Controller {
     /// Fails every action whose report is overdue, as if its executor had reported
@@ -17,7 +20,7 @@ impl Controller {
                 kind = sent.action.kind.name(),
                 "no report by the watchdog's deadline: action failed, device suspect"
             );
-            self.parts.policy.set_suspect(device, true);
+            self.update_service(device, now);
             let report = ActionReport {
                 action,
                 device,
@@ -55,12 +58,20 @@ impl Controller {
     /// for the answers it gives); a late one, of an action the watchdog already failed,
     /// only shows that the device lives again.
     pub(super) fn report(&mut self, report: ActionReport, ctx: &mut Context<Self>) {
-        let was_suspect = self.watchdog.is_suspect(report.device);
+        let now = self.now();
         let settled = self.watchdog.settle(report.action, report.device);
-        if was_suspect {
-            tracing::info!(device = report.device.0, "suspect device reported again");
-            self.parts.policy.set_suspect(report.device, false);
+        if let Some(device) = self.probes.remove(&report.action) {
+            let change = self.health.probed(device, report.result.is_ok(), now);
+            tracing::info!(
+                device = device.0,
+                back = change == Change::Back,
+                "probe reported"
+            );
+            self.update_service(device, now);
+            // Work may go to the device again, and the next probe needs the timer.
+            return self.step(ctx);
         }
+        self.update_service(report.device, now);
         match settled {
             Settled::InTime => {}
             Settled::Late(given_up) => {
@@ -84,9 +95,73 @@ impl Controller {
             tracing::error!(action = ?report.action, "report of an unknown action");
             return;
         };
-        let now = self.now();
+        let change = self
+            .health
+            .reported(report.device, report.result.as_ref().map(|_| ()), now);
+        if let Change::Out(cause) = change {
+            tracing::warn!(
+                device = report.device.0,
+                cause = cause.as_str(),
+                error = ?report.result.as_ref().err(),
+                "device taken out of service"
+            );
+        }
+        self.update_service(report.device, now);
         self.apply(sent, report, now);
         self.step(ctx);
+    }
+
+    /// Why `device` is out of service, if it is: the health rule's cause, or a hang.
+    fn out_cause(&self, device: DeviceId) -> Option<OutCause> {
+        let hung = self.watchdog.is_suspect(device).then_some(OutCause::Hung);
+        self.health.cause(device).or(hung)
+    }
+
+    /// Tells the policy (suspect or not) and the subscribers when `device` went out of
+    /// service or came back.
+    pub(super) fn update_service(&mut self, device: DeviceId, now: Nanos) {
+        let cause = self.out_cause(device);
+        let changed = match cause {
+            Some(_) => self.out.insert(device),
+            None => self.out.remove(&device),
+        };
+        if !changed {
+            return;
+        }
+        if cause.is_none() {
+            tracing::info!(device = device.0, "device back in service");
+        }
+        self.parts.policy.set_suspect(device, cause.is_some());
+        self.parts.events.publish(|| {
+            Event::DeviceHealth(events::DeviceHealth {
+                device,
+                at: now,
+                out: cause,
+            })
+        });
+    }
+
+    /// Sends a probe to each out device whose backoff is over: an UNLOAD of a model no
+    /// registry gives (the policy never sees it; its report goes to the health rule).
+    pub(super) fn send_probes(&mut self, now: Nanos) {
+        for device in self.health.probes_due(now) {
+            self.next_repair += 1;
+            let id = ActionId(REPAIR_IDS | self.next_repair);
+            let probe = Action {
+                id,
+                device,
+                model: PROBE_MODEL,
+                earliest: now,
+                latest: Nanos::MAX,
+                expected_duration: 0,
+                kind: ActionKind::Unload,
+            };
+            self.probes.insert(id, device);
+            self.parts.executors[device.0 as usize].do_send(Execute {
+                action: probe,
+                inputs: Vec::new(),
+            });
+        }
     }
 
     /// Applies the report of an action the policy planned: outputs, event, policy.

@@ -152,7 +152,10 @@ impl Coalescer {
             Event::ActionPlanned(p) => self.planned(p),
             Event::ActionDone(d) => self.done(d),
             Event::RequestAnswered(a) => self.answered(a),
-            Event::PipelineAnswered(_) | Event::StageAnswered(_) | Event::FanOut(_) => {}
+            Event::PipelineAnswered(_)
+            | Event::StageAnswered(_)
+            | Event::FanOut(_)
+            | Event::DeviceHealth(_) => {}
         }
     }
 

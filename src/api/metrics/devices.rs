@@ -1,12 +1,15 @@
 //! The devices' series, from the executors' reports (`ActionDone` events): time busy per
-//! lane, loads and evictions, failed actions, and how far each action's measured duration
-//! was from the one the controller planned with.
+//! lane, loads and evictions, failed actions, faults by kind, and how far each action's
+//! measured duration was from the one the controller planned with; from `DeviceHealth`
+//! events, the devices out of service and why they went out.
 
-use prometheus::{CounterVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use prometheus::{
+    CounterVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry,
+};
 
 use super::{counter, registered, seconds};
-use crate::events::ActionDone;
-use crate::protocol::ActionTag;
+use crate::events::{ActionDone, DeviceHealth};
+use crate::protocol::{ActionError, ActionTag};
 
 /// The device families of the server's registry.
 pub(super) struct DeviceMetrics {
@@ -15,6 +18,20 @@ pub(super) struct DeviceMetrics {
     action_failures: IntCounterVec,
     busy: CounterVec,
     prediction_error: HistogramVec,
+    faults: IntCounterVec,
+    outages: IntCounterVec,
+    out: IntGauge,
+}
+
+/// The fault an action's error shows, if it shows one (refusals do not).
+fn fault_kind(kind: ActionTag, error: &ActionError) -> Option<&'static str> {
+    match error {
+        ActionError::Device(_) if kind == ActionTag::Load => Some("load_failed"),
+        ActionError::Device(_) => Some("failed"),
+        ActionError::Crashed(_) => Some("crashed"),
+        ActionError::Overdue => Some("overdue"),
+        _ => None,
+    }
 }
 
 /// Measured minus planned duration of actions, by action kind: buckets on both sides of 0.
@@ -59,13 +76,46 @@ impl DeviceMetrics {
             )?,
             busy: registered(r, busy)?,
             prediction_error: registered(r, prediction_error_family()?)?,
+            faults: counter(
+                r,
+                "clockwork_device_faults",
+                "Device faults seen in reports, by device and kind (failed, load_failed, crashed, overdue)",
+                &["device", "kind"],
+            )?,
+            outages: counter(
+                r,
+                "clockwork_device_outages",
+                "Times a device was taken out of service, by cause (hung, failing, crashed)",
+                &["cause"],
+            )?,
+            out: registered(
+                r,
+                IntGauge::new("clockwork_devices_out", "Devices out of service now")?,
+            )?,
         })
+    }
+
+    /// A device went out of service or came back (events come only on a change).
+    pub fn health(&self, event: &DeviceHealth) {
+        match event.out {
+            Some(cause) => {
+                self.outages.with_label_values(&[cause.as_str()]).inc();
+                self.out.inc();
+            }
+            None => self.out.dec(),
+        }
     }
 
     /// Folds one report in; an INFER's batch is counted by the model's series, hence the
     /// answer: whether `event` was a batch that ran.
     pub fn action(&self, event: &ActionDone) -> bool {
         let Some(measured) = event.measured else {
+            if let Some(kind) = event.error.as_ref().and_then(|e| fault_kind(event.kind, e)) {
+                let device = event.device.0.to_string();
+                self.faults
+                    .with_label_values(&[device.as_str(), kind])
+                    .inc();
+            }
             self.action_failures
                 .with_label_values(&[event.kind.as_str()])
                 .inc();

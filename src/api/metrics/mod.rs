@@ -260,6 +260,7 @@ impl Metrics {
             Event::PipelineAnswered(e) => self.pipelines.answered(e),
             Event::StageAnswered(e) => self.pipelines.stage(e),
             Event::FanOut(e) => self.pipelines.fan_out(e),
+            Event::DeviceHealth(e) => self.devices.health(e),
             // Plans are not counts: only what ran is.
             Event::ActionPlanned(_) => {}
         }

@@ -1,0 +1,207 @@
+//! The health rule: which failures take a device out of service, and how it comes back.
+//! Pure bookkeeping the controller drives beside the [`Watchdog`](super::watchdog), which
+//! keeps the rule for a device that hangs (no report by an action's deadline).
+//!
+//! - A crash ([`ActionError::Crashed`]: the device's code panicked, or its thread is gone)
+//!   takes the device out at once: its state after a panic is unknown.
+//! - `strikes` failures in a row ([`ActionError::Device`], a LOAD's included), each within
+//!   `window` of the first, take it out. A lone failure is noise that the policy already
+//!   handles (the batch's requests are answered, the LOAD placed again); three in a row
+//!   within a second are what a broken device does (by chance at a 20 % failure rate, 1 in
+//!   125 runs of three), and they bound what a broken device costs to three batches.
+//!   Scheduling refusals (`TooLate`, `NotResident`, ...) say nothing of health; any
+//!   action that succeeds resets the count.
+//! - An out device gets no work (the policy treats it as suspect), so no report would
+//!   ever bring it back: after a backoff the controller sends it a probe (an UNLOAD of a
+//!   model no registry gives, [`PROBE_MODEL`], which exercises the device and changes
+//!   nothing). A probe that succeeds brings it back; one that fails doubles the backoff,
+//!   up to `max_backoff`. The backoff also doubles each time the device is taken out
+//!   again before one of its planned actions succeeded, so a device that passes probes
+//!   but fails work is retried ever less often.
+//!
+//! No actix, no clock reads: the controller passes `now`.
+
+use std::collections::BTreeMap;
+
+use crate::events::OutCause;
+use crate::model::{DeviceId, ModelId};
+use crate::protocol::ActionError;
+use crate::time::{Nanos, MS};
+
+/// The model a probe unloads: no registry gives this id, so a probe never touches weights.
+pub const PROBE_MODEL: ModelId = ModelId(u32::MAX);
+
+/// The rule's numbers.
+#[derive(Clone, Copy, Debug)]
+pub struct HealthRule {
+    /// Failures in a row that take a device out.
+    pub strikes: u32,
+    /// How close together they must come, from the first of the run.
+    pub window: Nanos,
+    /// Wait before the first probe of a device taken out.
+    pub backoff: Nanos,
+    /// Longest wait between probes.
+    pub max_backoff: Nanos,
+}
+
+impl Default for HealthRule {
+    fn default() -> Self {
+        Self {
+            strikes: 3,
+            window: 1_000 * MS,
+            backoff: 100 * MS,
+            max_backoff: 5_000 * MS,
+        }
+    }
+}
+
+/// What a report did to a device's health.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Nothing the controller must act on.
+    Same,
+    /// The device is now out.
+    Out(OutCause),
+    /// The device is back in service.
+    Back,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Device {
+    /// Start of the current run of failures, and its length.
+    run: Option<(Nanos, u32)>,
+    out: Option<Out>,
+    /// Times taken out since one of its planned actions last succeeded.
+    episodes: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Out {
+    cause: OutCause,
+    /// When the next probe is due; `None` while one is in flight.
+    probe_at: Option<Nanos>,
+    /// The wait that led to the current probe.
+    backoff: Nanos,
+}
+
+/// Health of every device.
+#[derive(Debug, Default)]
+pub struct Health {
+    rule: HealthRule,
+    devices: BTreeMap<DeviceId, Device>,
+}
+
+impl Health {
+    pub fn new(rule: HealthRule) -> Self {
+        Self {
+            rule,
+            devices: BTreeMap::new(),
+        }
+    }
+
+    /// A planned action of `device` reported `result` at `now`.
+    pub fn reported(
+        &mut self,
+        device: DeviceId,
+        result: Result<(), &ActionError>,
+        now: Nanos,
+    ) -> Change {
+        let rule = self.rule;
+        let d = self.devices.entry(device).or_default();
+        let cause = match result {
+            Ok(()) => {
+                d.run = None;
+                if d.out.is_none() {
+                    d.episodes = 0;
+                }
+                return Change::Same;
+            }
+            Err(ActionError::Crashed(_)) => OutCause::Crashed,
+            Err(ActionError::Device(_)) => {
+                let (first, n) = match d.run {
+                    Some((first, n)) if now.saturating_sub(first) <= rule.window => (first, n + 1),
+                    _ => (now, 1),
+                };
+                d.run = Some((first, n));
+                if n < rule.strikes {
+                    return Change::Same;
+                }
+                OutCause::Failing
+            }
+            Err(_) => return Change::Same,
+        };
+        d.run = None;
+        if d.out.is_some() {
+            return Change::Same;
+        }
+        let backoff = rule
+            .backoff
+            .saturating_mul(1 << d.episodes.min(16))
+            .min(rule.max_backoff);
+        d.episodes += 1;
+        d.out = Some(Out {
+            cause,
+            probe_at: Some(now.saturating_add(backoff)),
+            backoff,
+        });
+        Change::Out(cause)
+    }
+
+    /// The devices whose probe is due at `now`; each is marked as probing.
+    pub fn probes_due(&mut self, now: Nanos) -> Vec<DeviceId> {
+        let mut due = Vec::new();
+        for (&device, d) in &mut self.devices {
+            if let Some(out) = d
+                .out
+                .as_mut()
+                .filter(|o| o.probe_at.is_some_and(|t| t <= now))
+            {
+                out.probe_at = None;
+                due.push(device);
+            }
+        }
+        due
+    }
+
+    /// A probe of `device` reported: back in service, or probed again later.
+    pub fn probed(&mut self, device: DeviceId, ok: bool, now: Nanos) -> Change {
+        let max = self.rule.max_backoff;
+        let Some(d) = self.devices.get_mut(&device) else {
+            return Change::Same;
+        };
+        let Some(out) = d.out.as_mut() else {
+            return Change::Same;
+        };
+        if ok {
+            d.out = None;
+            return Change::Back;
+        }
+        out.backoff = out.backoff.saturating_mul(2).min(max);
+        out.probe_at = Some(now.saturating_add(out.backoff));
+        Change::Same
+    }
+
+    /// When the next probe is due, for the controller's timer.
+    pub fn next_probe(&self) -> Option<Nanos> {
+        self.devices
+            .values()
+            .filter_map(|d| d.out.and_then(|o| o.probe_at))
+            .min()
+    }
+
+    /// Whether `device` is out of service.
+    pub fn is_out(&self, device: DeviceId) -> bool {
+        self.devices.get(&device).is_some_and(|d| d.out.is_some())
+    }
+
+    /// Why `device` is out, if it is.
+    pub fn cause(&self, device: DeviceId) -> Option<OutCause> {
+        self.devices
+            .get(&device)
+            .and_then(|d| d.out.map(|o| o.cause))
+    }
+}
+
+#[cfg(test)]
+#[path = "health_tests.rs"]
+mod tests;

@@ -1,0 +1,91 @@
+//! The health rule's cases: what takes a device out, probes and their backoff.
+
+use super::*;
+
+const D: DeviceId = DeviceId(0);
+
+fn failed() -> ActionError {
+    ActionError::Device("boom".into())
+}
+
+fn rule() -> HealthRule {
+    HealthRule {
+        strikes: 3,
+        window: 1_000,
+        backoff: 100,
+        max_backoff: 350,
+    }
+}
+
+#[test]
+fn three_failures_in_a_row_within_the_window_take_a_device_out() {
+    let mut h = Health::new(rule());
+    assert_eq!(h.reported(D, Err(&failed()), 0), Change::Same);
+    assert_eq!(h.reported(D, Err(&failed()), 500), Change::Same);
+    assert_eq!(
+        h.reported(D, Err(&failed()), 1_000),
+        Change::Out(OutCause::Failing)
+    );
+    assert!(h.is_out(D));
+    assert!(!h.is_out(DeviceId(1)));
+    assert_eq!(h.next_probe(), Some(1_100));
+}
+
+#[test]
+fn a_success_or_a_gap_breaks_the_run_and_refusals_do_not_count() {
+    let mut h = Health::new(rule());
+    h.reported(D, Err(&failed()), 0);
+    h.reported(D, Err(&failed()), 1);
+    h.reported(D, Ok(()), 2);
+    h.reported(D, Err(&failed()), 3);
+    h.reported(D, Err(&failed()), 4);
+    assert!(!h.is_out(D), "the success reset the count");
+    h.reported(D, Err(&ActionError::TooLate), 5);
+    h.reported(D, Err(&ActionError::Overdue), 6);
+    assert!(
+        !h.is_out(D),
+        "refusals and overdue actions are not failures here"
+    );
+    h.reported(D, Err(&failed()), 2_000);
+    assert!(!h.is_out(D), "outside the window: a new run");
+}
+
+#[test]
+fn one_crash_is_enough() {
+    let mut h = Health::new(rule());
+    let crash = ActionError::Crashed("panic".into());
+    assert_eq!(
+        h.reported(D, Err(&crash), 7),
+        Change::Out(OutCause::Crashed)
+    );
+    assert_eq!(h.cause(D), Some(OutCause::Crashed));
+}
+
+#[test]
+fn probes_come_after_a_backoff_that_doubles_until_one_succeeds() {
+    let mut h = Health::new(rule());
+    h.reported(D, Err(&ActionError::Crashed("x".into())), 0);
+    assert!(h.probes_due(99).is_empty());
+    assert_eq!(h.probes_due(100), vec![D]);
+    assert_eq!(h.next_probe(), None, "one probe at a time");
+    assert_eq!(h.probed(D, false, 150), Change::Same);
+    assert_eq!(h.next_probe(), Some(350), "backoff doubled to 200");
+    assert_eq!(h.probes_due(350), vec![D]);
+    h.probed(D, false, 400);
+    assert_eq!(h.next_probe(), Some(750), "capped at 350");
+    h.probes_due(750);
+    assert_eq!(h.probed(D, true, 760), Change::Back);
+    assert!(!h.is_out(D));
+    // Out again before any planned action succeeded: the first wait is longer.
+    h.reported(D, Err(&ActionError::Crashed("x".into())), 1_000);
+    assert_eq!(h.next_probe(), Some(1_200));
+    h.probes_due(1_200);
+    h.probed(D, true, 1_201);
+    h.reported(D, Ok(()), 1_300);
+    h.reported(D, Err(&ActionError::Crashed("x".into())), 2_000);
+    assert_eq!(
+        h.next_probe(),
+        Some(2_100),
+        "a success in service resets it"
+    );
+}

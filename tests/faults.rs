@@ -1,0 +1,295 @@
+//! The promise under injected faults, in virtual time: two V100s, device 0 with one fault
+//! from `gpu::fault`, device 1 healthy, 1200 requests/s of resnet50 (more than one device
+//! serves in time). For each fault kind: every request gets exactly one answer,
+//! none late and none past its deadline by more than the watchdog's allowance, the healthy
+//! device keeps serving, the faulty one is taken out (for the expected cause) and comes
+//! back when the fault ends, and the metrics count what happened.
+//! 1200 requests/s for 2 s, faults from 0.5 s to 1.5 s.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use clockwork::actors::messages::{Infer, InferError, SnapshotController};
+use clockwork::actors::{ControllerSettings, RuntimeBuilder};
+use clockwork::api::Metrics;
+use clockwork::config::{FaultConfig, FaultEpisode, PolicyConfig, SimConfig, SlowdownConfig};
+use clockwork::events::{Event, OutCause};
+use clockwork::gpu::fault::Faulty;
+use clockwork::gpu::profiles;
+use clockwork::gpu::sim::{SimDevice, SimSettings};
+use clockwork::gpu::Backend;
+use clockwork::tensor::Tensor;
+use clockwork::time::{virtual_system, Clock, Nanos, MS};
+
+const GRACE: Nanos = 20 * MS;
+const SLO: Nanos = 100 * MS;
+const REQUESTS: u64 = 2_400;
+/// Faults with an end start at 0.5 s and end at 1.5 s.
+const FROM: Duration = Duration::from_millis(500);
+const LASTING: Duration = Duration::from_millis(1_000);
+
+#[derive(Default, Debug)]
+struct Tally {
+    ok: usize,
+    late: usize,
+    failed: usize,
+    refused: usize,
+    /// Latest answer relative to its deadline.
+    worst_overrun: Nanos,
+}
+
+/// What a run showed.
+struct Run {
+    tally: Tally,
+    /// (when, out cause or back) of device 0.
+    health: Vec<(Nanos, Option<OutCause>)>,
+    /// The Prometheus text after the run.
+    metrics: String,
+    /// Whether device 0 is suspect at the end.
+    suspect_at_end: bool,
+}
+
+fn sim(clock: Clock) -> Box<dyn Backend> {
+    let settings = SimSettings {
+        profile: profiles::device("v100").expect("built-in profile"),
+        pages: None,
+        emulation: SimConfig::default(),
+    };
+    Box::new(SimDevice::new(clock, settings))
+}
+
+fn send_all(
+    runtime: &clockwork::actors::Runtime,
+    clock: Clock,
+    tally: &Rc<RefCell<Tally>>,
+) -> Vec<actix_rt::task::JoinHandle<()>> {
+    let image = Tensor::from_f32("data", vec![3, 224, 224], &vec![0.5; 150_528]);
+    (0..REQUESTS)
+        .map(|i| {
+            let (controller, tally, image) =
+                (runtime.controller.clone(), Rc::clone(tally), image.clone());
+            actix_rt::spawn(async move {
+                clock.sleep_until(i * 833_333).await;
+                let arrival = clock.now();
+                let infer = Infer {
+                    model: "resnet".into(),
+                    inputs: vec![image],
+                    slo: None,
+                    edge: None,
+                    root: None,
+                };
+                let answer = controller.send(infer).await.expect("controller alive");
+                let mut t = tally.borrow_mut();
+                t.worst_overrun = t
+                    .worst_overrun
+                    .max(clock.now().saturating_sub(arrival + SLO));
+                match answer {
+                    Ok(ok) if ok.late => t.late += 1,
+                    Ok(_) => t.ok += 1,
+                    Err(InferError::Failed(_)) => t.failed += 1,
+                    Err(_) => t.refused += 1,
+                }
+            })
+        })
+        .collect()
+}
+
+fn run(faults: FaultConfig) -> Run {
+    virtual_system().unwrap().block_on(async {
+        let clock = Clock::start_virtual();
+        let spec = profiles::model("resnet50", "resnet", SLO).unwrap();
+        let metrics = Metrics::new(std::slice::from_ref(&spec)).unwrap();
+        let settings = ControllerSettings {
+            watchdog_grace: GRACE,
+            ..ControllerSettings::default()
+        };
+        let runtime = RuntimeBuilder::new(clock, PolicyConfig::default())
+            .model(spec)
+            .device(Box::new(Faulty::new(sim(clock), clock, &faults, 0)))
+            .device(sim(clock))
+            .controller_settings(settings)
+            .start()
+            .unwrap();
+        let mut events = runtime.events.subscribe();
+        let tally = Rc::new(RefCell::new(Tally::default()));
+        let tasks = send_all(&runtime, clock, &tally);
+        let answered = async {
+            for task in tasks {
+                task.await.unwrap();
+            }
+        };
+        tokio::select! {
+            _ = answered => {}
+            _ = clock.sleep_until(60_000 * MS) => panic!("requests left unanswered after 60 s"),
+        }
+        // Time for the last probes (the backoff is at most 5 s).
+        clock.sleep_until(clock.now() + 6_000 * MS).await;
+        let snapshot = runtime.controller.send(SnapshotController).await.unwrap();
+        assert_eq!(snapshot.pending, 0);
+        let mut health = Vec::new();
+        while let Ok(event) = events.try_recv() {
+            metrics.observe(&event);
+            if let Event::DeviceHealth(h) = event {
+                assert_eq!(h.device.0, 0, "only device 0 misbehaves: {h:?}");
+                health.push((h.at, h.out));
+            }
+        }
+        Run {
+            tally: tally.take(),
+            health,
+            metrics: metrics.render(),
+            suspect_at_end: snapshot.policy.devices[0].suspect,
+        }
+    })
+}
+
+/// The value of a series (a line starting with `series `), 0 if absent.
+fn value(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The promise, whatever the fault: one answer each, none late, the healthy device serves.
+fn kept_the_promise(run: &Run, allowance: Nanos) {
+    let t = &run.tally;
+    assert_eq!(
+        t.ok + t.late + t.failed + t.refused,
+        REQUESTS as usize,
+        "{t:?}"
+    );
+    assert_eq!(t.late, 0, "{t:?}");
+    assert!(t.worst_overrun <= allowance, "{t:?}");
+    assert!(
+        t.ok as u64 > REQUESTS / 2,
+        "the healthy device serves: {t:?}"
+    );
+}
+
+/// Device 0 went out for `cause` and, last, came back (and is in service at the end).
+fn out_and_back(run: &Run, cause: OutCause) {
+    let first = run.health.first().copied();
+    assert!(
+        matches!(first, Some((at, Some(c))) if c == cause && at >= 500 * MS),
+        "{:?}",
+        run.health
+    );
+    assert_eq!(
+        run.health.last().map(|h| h.1),
+        Some(None),
+        "{:?}",
+        run.health
+    );
+    assert!(!run.suspect_at_end);
+    assert_eq!(value(&run.metrics, "clockwork_devices_out"), 0.0);
+    let outs = run.health.iter().filter(|h| h.1.is_some()).count() as f64;
+    let series = format!("clockwork_device_outages{{cause=\"{}\"}}", cause.as_str());
+    assert_eq!(value(&run.metrics, &series), outs, "{}", run.metrics);
+}
+
+fn episode() -> Option<FaultEpisode> {
+    Some(FaultEpisode {
+        from: FROM,
+        lasting: Some(LASTING),
+    })
+}
+
+#[test]
+fn a_device_that_hangs_is_taken_out_and_back_when_it_answers() {
+    let run = run(FaultConfig {
+        hang: episode(),
+        ..FaultConfig::default()
+    });
+    kept_the_promise(&run, 2 * GRACE);
+    out_and_back(&run, OutCause::Hung);
+    let overdue = value(
+        &run.metrics,
+        "clockwork_device_faults{device=\"0\",kind=\"overdue\"}",
+    );
+    assert!(overdue >= 1.0, "{}", run.metrics);
+}
+
+#[test]
+fn a_device_that_panics_is_taken_out_and_probed_back_after_the_episode() {
+    let run = run(FaultConfig {
+        panic: episode(),
+        ..FaultConfig::default()
+    });
+    kept_the_promise(&run, 0);
+    out_and_back(&run, OutCause::Crashed);
+    let back = run.health.last().unwrap().0;
+    assert!(back >= 1_500 * MS, "not back while it still panics: {back}");
+    assert!(
+        back < 1_500 * MS + 5_000 * MS + 100 * MS,
+        "probed back: {back}"
+    );
+    let crashed = value(
+        &run.metrics,
+        "clockwork_device_faults{device=\"0\",kind=\"crashed\"}",
+    );
+    assert!(crashed >= 1.0, "{}", run.metrics);
+}
+
+#[test]
+fn a_device_failing_at_a_rate_is_taken_out_and_probed_back() {
+    let run = run(FaultConfig {
+        seed: 7,
+        failure_rate: 0.6,
+        ..FaultConfig::default()
+    });
+    kept_the_promise(&run, 0);
+    let outs = run
+        .health
+        .iter()
+        .filter(|h| h.1 == Some(OutCause::Failing))
+        .count();
+    assert!(outs >= 1, "{:?}", run.health);
+    assert!(
+        run.health.iter().any(|h| h.1.is_none()),
+        "probed back: {:?}",
+        run.health
+    );
+    let failed = value(
+        &run.metrics,
+        "clockwork_device_faults{device=\"0\",kind=\"failed\"}",
+    );
+    assert!(failed >= 3.0, "{}", run.metrics);
+    let series = "clockwork_device_outages{cause=\"failing\"}";
+    assert_eq!(value(&run.metrics, series), outs as f64);
+}
+
+#[test]
+fn weights_that_fail_to_load_take_the_device_out_and_others_serve() {
+    let run = run(FaultConfig {
+        load_failure_rate: 1.0,
+        ..FaultConfig::default()
+    });
+    kept_the_promise(&run, 0);
+    let first = run.health.first().copied();
+    assert!(
+        matches!(first, Some((_, Some(OutCause::Failing)))),
+        "{:?}",
+        run.health
+    );
+    let failed = value(
+        &run.metrics,
+        "clockwork_device_faults{device=\"0\",kind=\"load_failed\"}",
+    );
+    assert!(failed >= 3.0, "{}", run.metrics);
+}
+
+#[test]
+fn a_slow_device_is_given_up_on_while_slow_and_serves_after() {
+    let run = run(FaultConfig {
+        slowdown: Some(SlowdownConfig {
+            from: FROM,
+            until: FROM + LASTING,
+            factor: 20.0,
+        }),
+        ..FaultConfig::default()
+    });
+    kept_the_promise(&run, 2 * GRACE);
+    out_and_back(&run, OutCause::Hung);
+}
