@@ -78,6 +78,7 @@ fn send_all(
                     slo: None,
                     edge: None,
                     root: None,
+                    items: 1,
                 };
                 let answer = controller.send(infer).await.expect("controller alive");
                 let mut t = tally.borrow_mut();
