@@ -11,8 +11,8 @@ use crate::config::{
 use crate::cores::{self, Core, CorePlan, Machine};
 use crate::gpu::cpu::profile::ProfileSettings;
 use crate::gpu::cpu::{CpuDevice, CpuSettings};
-use crate::gpu::ort::{self, OrtDevice, OrtSettings};
 use crate::gpu::fault::Faulty;
+use crate::gpu::ort::{self, OrtDevice, OrtSettings};
 use crate::gpu::profiles;
 use crate::gpu::sim::{SimDevice, SimSettings};
 use crate::gpu::thread::{BlockingDevice, DeviceThread};

@@ -14,8 +14,8 @@
 //!   backends (cpu, cuda) implement [`thread::BlockingDevice`].
 
 pub mod cpu;
-pub mod ort;
 pub mod fault;
+pub mod ort;
 pub mod profiles;
 pub mod sim;
 pub mod thread;
