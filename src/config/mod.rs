@@ -371,7 +371,15 @@ impl Config {
             return invalid("server.front_end_cores must be at least 1");
         }
         self.server.auth.validate().map_err(ConfigError::Invalid)?;
-        self.server.tls.files().map_err(ConfigError::Invalid)?;
+        let tls = self.server.tls.files().map_err(ConfigError::Invalid)?;
+        // The gRPC port has no TLS yet: with tokens configured for HTTPS, they would cross
+        // it in plaintext. Refuse the combination rather than serve it quietly.
+        if tls.is_some() && self.server.grpc_listen.is_some() {
+            return invalid(
+                "server.grpc_listen cannot be combined with server.tls yet (the gRPC port \
+                 has no TLS, so tokens would cross it in plaintext): remove one of them",
+            );
+        }
         for group in &self.devices {
             if !group.backend.runs_on_cores() && group.count == DeviceCount::Auto {
                 return invalid(
@@ -448,6 +456,15 @@ mod tests {
         let message = source.to_string();
         assert!(message.contains("unknown policy 'fifo'"), "{message}");
         assert!(message.contains("clockwork-nodrop"), "{message}");
+    }
+
+    /// Mutation that breaks it: the grpc_listen/tls check removed from `validate`.
+    #[test]
+    fn grpc_with_tls_is_refused_until_grpc_has_tls() {
+        let text = "[server]\ngrpc_listen = \"127.0.0.1:0\"\n[server.tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\n";
+        let err = Config::parse(text).unwrap_err();
+        assert!(err.to_string().contains("grpc_listen cannot be combined"), "{err}");
+        assert!(Config::parse("[server]\ngrpc_listen = \"127.0.0.1:0\"\n").is_ok());
     }
 
     #[test]
