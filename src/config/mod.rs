@@ -463,7 +463,10 @@ mod tests {
     fn grpc_with_tls_is_refused_until_grpc_has_tls() {
         let text = "[server]\ngrpc_listen = \"127.0.0.1:0\"\n[server.tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\n";
         let err = Config::parse(text).unwrap_err();
-        assert!(err.to_string().contains("grpc_listen cannot be combined"), "{err}");
+        assert!(
+            err.to_string().contains("grpc_listen cannot be combined"),
+            "{err}"
+        );
         assert!(Config::parse("[server]\ngrpc_listen = \"127.0.0.1:0\"\n").is_ok());
     }
 
