@@ -196,6 +196,8 @@ def status(url):
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return None, b""  # not listening yet
 
 
 def wait_for(predicate, seconds, what, logs):
@@ -249,7 +251,8 @@ def main():
         wiring = check_wiring(objects)
         print(f"deploy: {len(objects)} objects wired consistently")
         if args.binary:
-            run_checks(args.binary, *wiring)
+            # The processes run in a temporary directory: the binary's path must not be relative.
+            run_checks(str(pathlib.Path(args.binary).resolve()), *wiring)
             print("deploy: controller and worker configurations run; probes answer as declared")
     except (Failed, KeyError, StopIteration) as e:
         print(f"deploy check failed: {e!r}" if not isinstance(e, Failed) else f"deploy check failed: {e}", file=sys.stderr)
