@@ -5,7 +5,8 @@
 # Usage: bench/grpc/compare.sh [MODEL] [CONCURRENCY]   (defaults: mlp 4)
 # `mlp` is the emulated mlp-small on a sim V100 (the front end's cost shows); `cnn` is the
 # zoo's cnn on a cpu device. Needs ../shared/tools/perf_analyzer (or PERF_ANALYZER).
-# PROFILE=debug measures the debug build (default: release).
+# PROFILE=debug measures the debug build (default: release); BIN=PATH a binary built
+# elsewhere (nothing is built then).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 model=${1:-mlp}
@@ -14,7 +15,10 @@ pa=${PERF_ANALYZER:-../shared/tools/perf_analyzer}
 [ -x "$pa" ] || pa=/work/shared/tools/perf_analyzer
 
 profile=${PROFILE:-release}
-if [ "$profile" = release ]; then
+bin=${BIN:-$PWD/target/$profile/clockwork}
+if [ -n "${BIN:-}" ]; then
+    :
+elif [ "$profile" = release ]; then
     cargo build --locked --quiet --release --bin clockwork
 else
     cargo build --locked --quiet --bin clockwork
@@ -46,7 +50,7 @@ load_all = false
 profile_runs = 3
 TOML
 
-(cd "$work" && RUST_LOG=info exec "$OLDPWD/target/$profile/clockwork" serve --config config.toml) 2> "$work/log" &
+(cd "$work" && RUST_LOG=info exec "$bin" serve --config config.toml) 2> "$work/log" &
 server_pid=$!
 http= grpc=
 for _ in $(seq 1 100); do

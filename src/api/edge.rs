@@ -113,11 +113,25 @@ const WINDOW: usize = 100;
 /// The estimate is this percentile of the window, as the policy's are.
 const PERCENTILE: f64 = 99.0;
 
+/// A model not measured for this long is judged as if new (optimistic zeros): what its
+/// front end took under a past burst must not refuse its requests forever, since refused
+/// requests are never measured again (the overload bench found exactly that: after a
+/// 10x burst, the models with large bodies stayed refused at half load).
+const FORGET_AFTER: Nanos = 1_000_000_000;
+
 /// Learned front-end durations, per model or pipeline and phase.
 #[derive(Default)]
 pub struct FrontTimes {
-    /// By model or pipeline, then by `Phase as usize`; grows as they are seen.
-    models: Mutex<HashMap<FrontKey, [Estimator; 4]>>,
+    /// By model or pipeline; grows as they are seen.
+    models: Mutex<HashMap<FrontKey, Learned>>,
+}
+
+/// One model's (or pipeline's) phases, and when one was last measured.
+struct Learned {
+    /// By `Phase as usize`.
+    phases: [Estimator; 4],
+    /// The last measurement of any phase.
+    at: Nanos,
 }
 
 /// What the front end expects a request of a model to cost, per phase.
@@ -130,42 +144,53 @@ pub struct Expected {
 }
 
 impl FrontTimes {
-    /// Adds a measurement of `phase` for `key`.
-    pub fn observe(&self, key: &FrontKey, phase: Phase, took: Nanos) {
+    /// Adds a measurement of `phase` for `key`, made at `now`.
+    pub fn observe(&self, key: &FrontKey, phase: Phase, took: Nanos, now: Nanos) {
         let mut models = self.models.lock().unwrap_or_else(|e| e.into_inner());
-        if !models.contains_key(key) {
+        let learned = models.entry(key.clone()).or_insert_with(|| Learned {
             // Unknown until measured: an optimistic zero, replaced by the first measurement.
-            let fresh = std::array::from_fn(|_| Estimator::new(0, WINDOW, PERCENTILE));
-            models.insert(key.clone(), fresh);
-        }
-        if let Some(m) = models.get_mut(key) {
-            m[phase as usize].observe(took);
-        }
+            phases: std::array::from_fn(|_| Estimator::new(0, WINDOW, PERCENTILE)),
+            at: now,
+        });
+        learned.phases[phase as usize].observe(took);
+        learned.at = learned.at.max(now);
     }
 
     /// The best case of each phase in the window: what the pre-read check assumes, so that
     /// it refuses only requests that are hopeless even if the front end is as quick as it
     /// has recently been (one slow read must not refuse the next hundred requests).
-    pub fn least(&self, key: &FrontKey) -> Expected {
-        self.each_phase(key, Estimator::least)
+    pub fn least(&self, key: &FrontKey, now: Nanos) -> Expected {
+        self.each_phase(key, now, Estimator::least)
     }
 
-    /// The current estimates for `key` (zeros before any measurement).
-    pub fn expected(&self, key: &FrontKey) -> Expected {
-        self.each_phase(key, Estimator::get)
+    /// The current estimates for `key` (zeros before any measurement, or when none was
+    /// made for [`FORGET_AFTER`]).
+    pub fn expected(&self, key: &FrontKey, now: Nanos) -> Expected {
+        self.each_phase(key, now, Estimator::get)
     }
 
-    /// `read` of each phase's estimator for `key` (zeros before any measurement).
-    fn each_phase(&self, key: &FrontKey, read: impl Fn(&Estimator) -> Nanos) -> Expected {
-        let models = self.models.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(m) = models.get(key) else {
+    /// `read` of each phase's estimator for `key` at `now`.
+    fn each_phase(
+        &self,
+        key: &FrontKey,
+        now: Nanos,
+        read: impl Fn(&Estimator) -> Nanos,
+    ) -> Expected {
+        let mut models = self.models.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(m) = models.get_mut(key) else {
             return Expected::default();
         };
+        if now.saturating_sub(m.at) > FORGET_AFTER {
+            for phase in &mut m.phases {
+                phase.reseed(0);
+            }
+        }
+        let p = &m.phases;
         Expected {
-            read: read(&m[Phase::Read as usize]),
-            wait: read(&m[Phase::Wait as usize]),
-            decode: read(&m[Phase::Decode as usize]),
-            respond: read(&m[Phase::Respond as usize]),
+            read: read(&p[Phase::Read as usize]),
+            wait: read(&p[Phase::Wait as usize]),
+            decode: read(&p[Phase::Decode as usize]),
+            respond: read(&p[Phase::Respond as usize]),
         }
     }
 }
@@ -213,6 +238,10 @@ impl DecodePool {
         job: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, PoolError> {
         let waiting = self.waiting.fetch_add(1, Ordering::AcqRel);
+        // Counted out on drop too: a client that goes away while its request waits
+        // cancels this future, and the count must not keep it (the queue would fill for
+        // good).
+        let in_queue = InQueue(&self.waiting);
         let permit = if waiting >= self.queue {
             Err(PoolError::Full(waiting))
         } else {
@@ -223,7 +252,7 @@ impl DecodePool {
                 Ok(Err(_)) | Err(_) => Err(PoolError::NoSlack),
             }
         };
-        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        drop(in_queue);
         let permit = permit?;
         if small {
             let _held = permit;
@@ -238,6 +267,15 @@ impl DecodePool {
     }
 }
 
+/// One request counted in a pool's queue, until dropped.
+struct InQueue<'a>(&'a AtomicUsize);
+
+impl Drop for InQueue<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,11 +287,11 @@ mod tests {
     #[test]
     fn the_pre_read_check_sees_the_best_recent_times() {
         let times = FrontTimes::default();
-        times.observe(&M0, Phase::Read, 7);
-        times.observe(&M0, Phase::Read, 50);
-        assert_eq!(times.expected(&M0).read, 50, "the p99 sets the slack");
+        times.observe(&M0, Phase::Read, 7, 0);
+        times.observe(&M0, Phase::Read, 50, 0);
+        assert_eq!(times.expected(&M0, 0).read, 50, "the p99 sets the slack");
         assert_eq!(
-            times.least(&M0).read,
+            times.least(&M0, 0).read,
             7,
             "one slow read is not the best case"
         );
@@ -263,22 +301,39 @@ mod tests {
     fn times_are_learned_per_model_or_pipeline_and_phase() {
         let times = FrontTimes::default();
         assert_eq!(
-            times.expected(&FrontKey::Model(ModelId(3))),
+            times.expected(&FrontKey::Model(ModelId(3)), 0),
             Expected::default()
         );
-        times.observe(&M1, Phase::Decode, 7);
-        times.observe(&M1, Phase::Respond, 2);
-        let e = times.expected(&M1);
+        times.observe(&M1, Phase::Decode, 7, 0);
+        times.observe(&M1, Phase::Respond, 2, 0);
+        let e = times.expected(&M1, 0);
         assert_eq!((e.read, e.decode, e.respond), (0, 7, 2));
-        assert_eq!(times.expected(&M0), Expected::default());
+        assert_eq!(times.expected(&M0, 0), Expected::default());
         let pipeline = FrontKey::Pipeline("cascade".into());
-        times.observe(&pipeline, Phase::Decode, 9);
-        assert_eq!(times.expected(&pipeline).decode, 9);
+        times.observe(&pipeline, Phase::Decode, 9, 0);
+        assert_eq!(times.expected(&pipeline, 0).decode, 9);
         assert_eq!(
-            times.expected(&M1).decode,
+            times.expected(&M1, 0).decode,
             7,
             "a pipeline's times are its own"
         );
+    }
+
+    /// Mutation that breaks it: the reseed in `each_phase` removed (the burst's times
+    /// stay, and refuse the model's requests for good).
+    #[test]
+    fn times_not_measured_for_a_second_are_forgotten() {
+        const S: Nanos = 1_000_000_000;
+        let times = FrontTimes::default();
+        times.observe(&M0, Phase::Respond, 3 * S, 0);
+        times.observe(&M0, Phase::Read, 2 * S, S / 2);
+        assert_eq!(times.expected(&M0, S).respond, 3 * S, "measured 0.5 s ago");
+        assert_eq!(times.least(&M0, S).read, 2 * S);
+        let later = S / 2 + FORGET_AFTER + 1;
+        assert_eq!(times.expected(&M0, later), Expected::default());
+        // Learned again from the next measurement.
+        times.observe(&M0, Phase::Respond, 4, later);
+        assert_eq!(times.expected(&M0, later).respond, 4);
     }
 
     #[actix_web::test]
@@ -311,5 +366,20 @@ mod tests {
             Ok(5),
             "free again"
         );
+    }
+
+    /// Mutation that breaks it: the count taken out after the wait only (as it was), so
+    /// a cancelled wait keeps its place in the queue for good.
+    #[actix_web::test]
+    async fn a_cancelled_wait_leaves_the_queue() {
+        let pool = DecodePool::new(1, 1);
+        let held = Arc::clone(&pool.permits).acquire_owned().await.expect("open");
+        let wait = pool.run(Duration::from_secs(5), false, || ());
+        // The client goes away while its request waits for a decoder.
+        let cancelled = tokio::time::timeout(Duration::from_millis(10), wait).await;
+        assert!(cancelled.is_err(), "still waiting when cancelled");
+        assert_eq!(pool.waiting.load(Ordering::Acquire), 0);
+        drop(held);
+        assert_eq!(pool.run(Duration::ZERO, true, || 7).await, Ok(7));
     }
 }

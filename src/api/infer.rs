@@ -257,7 +257,7 @@ impl<'a> Front<'a> {
     /// A request to `target` whose head was read at `arrival`.
     pub(super) fn new(state: &'a ApiState, target: &'a Target, arrival: Nanos) -> Self {
         let key = target.key();
-        let expected = state.front.expected(&key);
+        let expected = state.front.expected(&key, arrival);
         let deadline = arrival
             .saturating_add(target.spec().slo)
             .saturating_sub(expected.respond);
@@ -287,16 +287,17 @@ impl<'a> Front<'a> {
 
     /// Learns and shows the time a phase took.
     fn record(&self, phase: Phase, took: Nanos) {
-        self.state.front.observe(&self.key, phase, took);
+        let now = self.state.clock.now();
+        self.state.front.observe(&self.key, phase, took, now);
         self.state.metrics.front(&self.key, phase, took);
     }
 
     /// Refuses, from the controller's last view of the model (a pipeline's first stage),
     /// a request it cannot serve by the model's (the pipeline's) deadline.
     pub(super) fn admit_before_reading(&self) -> Result<(), ApiError> {
-        let e = self.state.front.least(&self.key);
-        let view = self.target.view().and_then(|m| self.state.admission.get(m));
         let now = self.state.clock.now();
+        let e = self.state.front.least(&self.key, now);
+        let view = self.target.view().and_then(|m| self.state.admission.get(m));
         let ahead = e.read + e.wait + e.decode;
         match judge(view.as_ref(), now, ahead, self.deadline) {
             Admission::Admit => Ok(()),
