@@ -373,7 +373,10 @@ mod tests {
     #[actix_web::test]
     async fn a_cancelled_wait_leaves_the_queue() {
         let pool = DecodePool::new(1, 1);
-        let held = Arc::clone(&pool.permits).acquire_owned().await.expect("open");
+        let held = Arc::clone(&pool.permits)
+            .acquire_owned()
+            .await
+            .expect("open");
         let wait = pool.run(Duration::from_secs(5), false, || ());
         // The client goes away while its request waits for a decoder.
         let cancelled = tokio::time::timeout(Duration::from_millis(10), wait).await;
