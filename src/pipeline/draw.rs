@@ -97,6 +97,10 @@ mod tests {
         /// with p = 1 - variance / mean inverted, or dropping the gamma mixing, fails it.)
         #[test]
         fn sample_moments_match(mean in 0.5f64..6.0, ratio in prop_oneof![Just(1.0), 0.3f64..0.9, 1.2f64..4.0]) {
+            // Below a mean of 2 an under-dispersed count has one or two trials, whose
+            // variance cannot follow the declared one (mean 0.9 at ratio 0.3: one trial,
+            // variance 0.09 for 0.27 declared): the whole-trials rule is checked above it.
+            prop_assume!(ratio >= 1.0 || mean >= 2.0);
             let declared = mean * ratio;
             let (m, v) = moments(EmulatedFanOut { mean, variance: declared }, 20_000);
             // The binomial's whole number of trials moves its variance a little.
