@@ -19,7 +19,7 @@ use anyhow::Context as _;
 use crate::actors::messages::Drain;
 use crate::actors::{Placement, RuntimeBuilder};
 use crate::api::{self, Access, ApiSettings, ApiState};
-use crate::config::Config;
+use crate::config::{AuthConfig, Config};
 use crate::time::Clock;
 
 /// Serves until a termination signal, then shuts down cleanly.
@@ -29,15 +29,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let termination = Termination::watch()?;
     // Who may call, and over what, before anything slow: a bad certificate stops the
     // start at once, not after the models are profiled.
-    let auth = config
-        .server
-        .auth
-        .clone()
-        .with_env(|name| std::env::var(name).ok());
-    let tls = match config.server.tls.files().map_err(anyhow::Error::msg)? {
-        Some((cert, key)) => Some(tls::server_config(cert, key)?),
-        None => None,
-    };
+    let (auth, tls) = access(&config)?;
     let clock = Clock::start();
     let runtime = RuntimeBuilder::from_config(clock, &config)?
         .placement(Placement::Threads)
@@ -107,6 +99,21 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     runtime.shutdown().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The tokens (the file's, or the environment's where set) and the TLS configuration,
+/// its certificate and key read and checked.
+fn access(config: &Config) -> anyhow::Result<(AuthConfig, Option<rustls::ServerConfig>)> {
+    let auth = config
+        .server
+        .auth
+        .clone()
+        .with_env(|name| std::env::var(name).ok());
+    let tls = match config.server.tls.files().map_err(anyhow::Error::msg)? {
+        Some((cert, key)) => Some(tls::server_config(cert, key)?),
+        None => None,
+    };
+    Ok((auth, tls))
 }
 
 /// What stops the gRPC server, and what says it has stopped.
