@@ -6,6 +6,12 @@ use crate::model::{BatchLatency, ModelProfile};
 const MS: Nanos = 1_000_000;
 
 fn policy() -> ReactivePolicy {
+    policy_on(1)
+}
+
+/// One model (2 pages, LOAD 7 ms, batch 1 in 3 ms) and `devices` devices of 10 pages:
+/// also the Triton-like variant's fixture (`reactive_triton.rs`).
+pub(super) fn policy_on(devices: usize) -> ReactivePolicy {
     let mut policy = ReactivePolicy::new(&PolicyConfig::default());
     let profile = ModelProfile {
         weight_bytes: 1,
@@ -21,10 +27,12 @@ fn policy() -> ReactivePolicy {
         by_kind: Vec::new(),
         devices: None,
     });
-    policy.add_device(DeviceInfo {
-        kind: "k".into(),
-        pages: 10,
-    });
+    for _ in 0..devices {
+        policy.add_device(DeviceInfo {
+            kind: "k".into(),
+            pages: 10,
+        });
+    }
     policy
 }
 

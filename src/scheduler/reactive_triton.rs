@@ -133,36 +133,12 @@ fn held(devices: &[usize]) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::PolicyConfig;
-    use crate::model::{BatchLatency, ModelId, ModelProfile, RequestId};
-    use crate::scheduler::{
-        ActionKind, DeviceInfo, ModelInfo, Plan, Policy, ReactivePolicy, Refusal, Request, Verdict,
-    };
+    use crate::model::{ModelId, RequestId};
+    use crate::scheduler::{ActionKind, Plan, Policy, ReactivePolicy, Refusal, Request, Verdict};
     use crate::time::MS;
 
     fn policy(devices: usize) -> ReactivePolicy {
-        let mut policy = ReactivePolicy::new(&PolicyConfig::default()).triton();
-        let profile = ModelProfile {
-            weight_bytes: 1,
-            load_latency: 7 * MS,
-            batches: vec![BatchLatency {
-                batch: 1,
-                latency: 3 * MS,
-            }],
-        };
-        policy.add_model(ModelInfo {
-            pages: 2,
-            profile,
-            by_kind: Vec::new(),
-            devices: None,
-        });
-        for _ in 0..devices {
-            policy.add_device(DeviceInfo {
-                kind: "k".into(),
-                pages: 10,
-            });
-        }
-        policy
+        super::super::tests::policy_on(devices).triton()
     }
 
     /// Mutation that breaks it: `load_floors` not called from `schedule`.
