@@ -19,13 +19,8 @@ fi
 
 cargo build --locked --quiet --bin clockwork
 binary=$PWD/target/debug/clockwork
-work=$(mktemp -d)
-server_pid=
-cleanup() {
-    if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=serve_lib.sh
+source scripts/serve_lib.sh
 
 # Each device holds one resnet50 (7 pages of 8) and mlp-small, so both take work.
 cat > "$work/config.toml" <<'TOML'
@@ -50,16 +45,7 @@ name = "resnet-b"
 profile = "resnet50"
 TOML
 
-(cd "$work" && RUST_LOG=info exec "$binary" serve --config config.toml) 2> "$work/log" &
-server_pid=$!
-address=
-for _ in $(seq 1 100); do
-    address=$(sed -n 's/.*listening address=\([^ ]*\).*/\1/p' "$work/log" | head -n 1)
-    [ -n "$address" ] && break
-    kill -0 "$server_pid" 2>/dev/null || { cat "$work/log"; echo "server exited" >&2; exit 1; }
-    sleep 0.1
-done
-[ -n "$address" ] || { cat "$work/log"; echo "server did not announce its address" >&2; exit 1; }
+start_server "$binary" info
 
 mkdir -p "$(dirname "$screenshot")"
 timeout 180 python3 scripts/dashboard_check.py "$address" 2 "$screenshot" -- \

@@ -14,13 +14,8 @@ if [ ! -x "$venv/bin/schemathesis" ]; then
 fi
 
 cargo build --locked --quiet --bin clockwork
-work=$(mktemp -d)
-server_pid=
-cleanup() {
-    if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=serve_lib.sh
+source scripts/serve_lib.sh
 
 # A slack objective: generated requests that are valid should be answered, not refused
 # because this shared machine is slow.
@@ -40,16 +35,7 @@ profile = "mlp-small"
 slo = "10s"
 TOML
 
-(cd "$work" && RUST_LOG=warn,clockwork::serve=info exec "$OLDPWD/target/debug/clockwork" serve --config config.toml) 2> "$work/log" &
-server_pid=$!
-address=
-for _ in $(seq 1 100); do
-    address=$(sed -n 's/.*listening address=\([^ ]*\).*/\1/p' "$work/log" | head -n 1)
-    [ -n "$address" ] && break
-    kill -0 "$server_pid" 2>/dev/null || { cat "$work/log"; echo "server exited" >&2; exit 1; }
-    sleep 0.1
-done
-[ -n "$address" ] || { cat "$work/log"; echo "server did not announce its address" >&2; exit 1; }
+start_server "$PWD/target/debug/clockwork" warn,clockwork::serve=info
 
 # Path parameters name the served model and its version, so generated requests reach the
 # handlers' own checks instead of stopping at 404 unknown_model. Load and unload work on

@@ -15,13 +15,8 @@ if ! "$venv/bin/python" -c 'import tritonclient.http, tritonclient.grpc, numpy' 
 fi
 
 cargo build --locked --quiet --bin clockwork
-work=$(mktemp -d)
-server_pid=
-cleanup() {
-    if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=serve_lib.sh
+source scripts/serve_lib.sh
 
 cat > "$work/config.toml" <<'TOML'
 [server]
@@ -57,18 +52,8 @@ input_map = { input = "x" }
 output_map = { output = "y" }
 TOML
 
-(cd "$work" && RUST_LOG=info exec "$OLDPWD/target/debug/clockwork" serve --config config.toml) 2> "$work/log" &
-server_pid=$!
-address=
-grpc_address=
-for _ in $(seq 1 100); do
-    address=$(sed -n 's/.*listening address=\([^ ]*\).*/\1/p' "$work/log" | head -n 1)
-    grpc_address=$(sed -n 's/.*serving gRPC grpc=\([^ ]*\).*/\1/p' "$work/log" | head -n 1)
-    [ -n "$address" ] && [ -n "$grpc_address" ] && break
-    kill -0 "$server_pid" 2>/dev/null || { cat "$work/log"; echo "server exited" >&2; exit 1; }
-    sleep 0.1
-done
-[ -n "$address" ] && [ -n "$grpc_address" ] || { cat "$work/log"; echo "server did not announce its addresses" >&2; exit 1; }
+start_server "$PWD/target/debug/clockwork"
+grpc_address=$(await_log 's/.*serving gRPC grpc=\([^ ]*\).*/\1/p')
 
 timeout 120 "$venv/bin/python" scripts/tritonclient_check.py "$address"
 timeout 120 "$venv/bin/python" scripts/tritonclient_grpc_check.py "$grpc_address" "$address"

@@ -23,13 +23,8 @@ elif [ "$profile" = release ]; then
 else
     cargo build --locked --quiet --bin clockwork
 fi
-work=$(mktemp -d)
-server_pid=
-cleanup() {
-    if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=../../scripts/serve_lib.sh
+source scripts/serve_lib.sh
 
 cat > "$work/config.toml" <<'TOML'
 [server]
@@ -50,16 +45,9 @@ load_all = false
 profile_runs = 3
 TOML
 
-(cd "$work" && RUST_LOG=info exec "$bin" serve --config config.toml) 2> "$work/log" &
-server_pid=$!
-http= grpc=
-for _ in $(seq 1 100); do
-    http=$(sed -n 's/.*listening address=\([^ ]*\).*/\1/p' "$work/log" | head -n 1)
-    grpc=$(sed -n 's/.*serving gRPC grpc=\([^ ]*\).*/\1/p' "$work/log" | head -n 1)
-    [ -n "$http" ] && [ -n "$grpc" ] && break
-    sleep 0.1
-done
-[ -n "$http" ] && [ -n "$grpc" ] || { cat "$work/log"; exit 1; }
+start_server "$bin"
+http=$address
+grpc=$(await_log 's/.*serving gRPC grpc=\([^ ]*\).*/\1/p')
 if [ "$model" != mlp ]; then
     curl -sf -X POST "http://$http/v2/repository/models/$model/load" > /dev/null
 fi
