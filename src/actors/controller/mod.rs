@@ -416,6 +416,14 @@ impl Controller {
             ctx.cancel_future(handle);
         }
         let handle = ctx.run_later(self.parts.clock.until(at), |act, ctx| {
+            // A timer cancelled while already due can still fire in the same turn (actix
+            // reaps cancelled futures lazily). Only the armed one may step: a stale one
+            // that stepped would forget the armed timer without cancelling it, and both
+            // would live on, re-arming themselves at every wake-up (under overload the
+            // controller stepped tens of times per instant, once per such timer).
+            if act.wakeup.map(|(_, armed)| armed) != Some(ctx.handle()) {
+                return;
+            }
             act.wakeup = None;
             act.step(ctx);
         });
