@@ -153,16 +153,30 @@ impl ClockworkPolicy {
         // Whole requests of several items leave batches short of their size: the last
         // batch may then be a padded one.
         let pad = items > 1 || m.queue.items() > m.queue.len();
+        let max_exec = self.params.max_exec_time;
+        // While the largest batch's worth of items remains, a replica's most efficient
+        // batch does not depend on how many: chosen once per replica, not per batch (under
+        // overload a projection runs through many batches on every arrival).
+        let largest = m.batches.last().map_or(1, |&b| b as usize);
+        let mut full: [Option<(usize, Nanos)>; MAX_PROJECTED] = [None; MAX_PROJECTED];
         loop {
-            let next = free.iter_mut().min_by_key(|f| f.0)?;
-            if next.0 > bound {
-                return Some(next.0);
+            let (i, at) = free
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, f)| f.0)
+                .map(|(i, f)| (i, f.0))?;
+            if at > bound {
+                return Some(at);
             }
-            let max_exec = self.params.max_exec_time;
-            let (size, est) = efficient_batch(m, next.1, (remaining, pad), max_exec);
-            next.0 = next.0.saturating_add(est);
+            let kind = free[i].1;
+            let (size, est) = if remaining >= largest {
+                *full[i].get_or_insert_with(|| efficient_batch(m, kind, (largest, pad), max_exec))
+            } else {
+                efficient_batch(m, kind, (remaining, pad), max_exec)
+            };
+            free[i].0 = at.saturating_add(est);
             if remaining <= size {
-                return Some(next.0);
+                return Some(free[i].0);
             }
             remaining -= size;
         }
