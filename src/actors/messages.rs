@@ -256,6 +256,9 @@ pub struct ControllerSnapshot {
     pub pending: usize,
     pub admitted: u64,
     pub answered: u64,
+    /// Passes of the policy so far (each admission, report and wake-up makes one): far
+    /// more of them than messages means the controller is waking for nothing.
+    pub steps: u64,
     pub draining: bool,
     /// Fewer devices have joined than `[cluster] wait_for_devices`: not ready yet.
     pub waiting_for_devices: bool,

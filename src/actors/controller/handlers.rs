@@ -119,6 +119,7 @@ impl Handler<SnapshotController> for Controller {
             pending: self.pending.len(),
             admitted: self.admitted,
             answered: self.answered,
+            steps: self.steps,
             draining: self.draining,
             waiting_for_devices: self.live_devices < self.parts.settings.wait_for_devices,
             policy: self.parts.policy.snapshot(now),

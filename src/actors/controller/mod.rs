@@ -125,6 +125,8 @@ pub struct Controller {
     wakeup: Option<(Nanos, SpawnHandle)>,
     admitted: u64,
     answered: u64,
+    /// Passes of the policy (`step`), for the snapshot.
+    steps: u64,
     draining: bool,
     drained: Vec<oneshot::Sender<()>>,
     /// Models whose view may have changed since the last step published them.
@@ -160,6 +162,7 @@ impl Controller {
             wakeup: None,
             admitted: 0,
             answered: 0,
+            steps: 0,
             draining: false,
             drained: Vec::new(),
             touched: Vec::new(),
@@ -239,6 +242,7 @@ impl Controller {
 
     /// Runs the policy and carries out its plan.
     fn step(&mut self, ctx: &mut Context<Self>) {
+        self.steps += 1;
         let now = self.now();
         self.fail_overdue(now);
         self.send_probes(now);
@@ -416,6 +420,14 @@ impl Controller {
             ctx.cancel_future(handle);
         }
         let handle = ctx.run_later(self.parts.clock.until(at), |act, ctx| {
+            // A timer cancelled while already due can still fire in the same turn (actix
+            // reaps cancelled futures lazily). Only the armed one may step: a stale one
+            // that stepped would forget the armed timer without cancelling it, and both
+            // would live on, re-arming themselves at every wake-up (under overload the
+            // controller stepped tens of times per instant, once per such timer).
+            if act.wakeup.map(|(_, armed)| armed) != Some(ctx.handle()) {
+                return;
+            }
             act.wakeup = None;
             act.step(ctx);
         });

@@ -149,23 +149,49 @@ impl ClockworkPolicy {
             .queue
             .items_before(soonest.saturating_add(self.best_single(model)));
         let ahead = m.queue.items_before(deadline.saturating_add(1));
-        let mut remaining = ahead.saturating_sub(expiring) + items as usize;
+        let remaining = ahead.saturating_sub(expiring) + items as usize;
         // Whole requests of several items leave batches short of their size: the last
         // batch may then be a padded one.
         let pad = items > 1 || m.queue.items() > m.queue.len();
-        loop {
-            let next = free.iter_mut().min_by_key(|f| f.0)?;
-            if next.0 > bound {
-                return Some(next.0);
-            }
-            let max_exec = self.params.max_exec_time;
-            let (size, est) = efficient_batch(m, next.1, (remaining, pad), max_exec);
-            next.0 = next.0.saturating_add(est);
-            if remaining <= size {
-                return Some(next.0);
-            }
-            remaining -= size;
+        drain(m, free, (remaining, pad), bound, self.params.max_exec_time)
+    }
+}
+
+/// When replicas free at `free` (time, device kind) finish `remaining` items of `m`, each
+/// taking the next most efficient batch when it frees (`pad`: see [`efficient_batch`]);
+/// once the soonest free replica is past `bound`, that time. `None` without replicas.
+fn drain(
+    m: &ModelState,
+    free: &mut [(Nanos, usize)],
+    (mut remaining, pad): (usize, bool),
+    bound: Nanos,
+    max_exec: Nanos,
+) -> Option<Nanos> {
+    // While the largest batch's worth of items remains, a replica's most efficient batch
+    // does not depend on how many: chosen once per replica, not per batch (under overload
+    // a projection runs through many batches on every arrival).
+    let largest = m.batches.last().map_or(1, |&b| b as usize);
+    let mut full: [Option<(usize, Nanos)>; MAX_PROJECTED] = [None; MAX_PROJECTED];
+    loop {
+        let (i, at) = free
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, f)| f.0)
+            .map(|(i, f)| (i, f.0))?;
+        if at > bound {
+            return Some(at);
         }
+        let kind = free[i].1;
+        let (size, est) = if remaining >= largest {
+            *full[i].get_or_insert_with(|| efficient_batch(m, kind, (largest, pad), max_exec))
+        } else {
+            efficient_batch(m, kind, (remaining, pad), max_exec)
+        };
+        free[i].0 = at.saturating_add(est);
+        if remaining <= size {
+            return Some(free[i].0);
+        }
+        remaining -= size;
     }
 }
 
@@ -212,4 +238,76 @@ fn refuse(plan: &mut Plan, request: Request, refusal: Refusal) {
         request: request.id,
         verdict: Verdict::Refused(refusal),
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PolicyConfig;
+    use crate::gpu::profiles;
+    use crate::scheduler::{ModelInfo, Policy};
+    use crate::time::MS;
+    use proptest::prelude::*;
+
+    /// A ResNet50's state, with its V100 execution estimates.
+    fn resnet() -> ClockworkPolicy {
+        let mut policy = ClockworkPolicy::new(&PolicyConfig::default());
+        policy.add_device(crate::scheduler::DeviceInfo {
+            kind: "v100".into(),
+            pages: 64,
+        });
+        let spec = profiles::model("resnet50", "r", 100 * MS).unwrap();
+        policy.add_model(ModelInfo {
+            pages: 7,
+            profile: spec.profile,
+            by_kind: Vec::new(),
+            devices: None,
+        });
+        policy
+    }
+
+    /// The projection as it was first written: the most efficient batch chosen afresh for
+    /// every batch.
+    fn drain_batch_by_batch(
+        m: &ModelState,
+        free: &mut [(Nanos, usize)],
+        (mut remaining, pad): (usize, bool),
+        bound: Nanos,
+        max_exec: Nanos,
+    ) -> Option<Nanos> {
+        loop {
+            let next = free.iter_mut().min_by_key(|f| f.0)?;
+            if next.0 > bound {
+                return Some(next.0);
+            }
+            let (size, est) = efficient_batch(m, next.1, (remaining, pad), max_exec);
+            next.0 = next.0.saturating_add(est);
+            if remaining <= size {
+                return Some(next.0);
+            }
+            remaining -= size;
+        }
+    }
+
+    proptest! {
+        /// Choosing each replica's full batch once projects the same finish as choosing
+        /// every batch afresh, for any replicas, queue, padding, bound and batch-time cap.
+        #[test]
+        fn the_full_batch_chosen_once_projects_the_same_finish(
+            starts in prop::collection::vec(0u64..50 * MS, 0..=MAX_PROJECTED),
+            remaining in 1usize..400,
+            pad: bool,
+            bound in 0u64..400 * MS,
+            max_exec in prop_oneof![Just(u64::MAX), 2 * MS..40 * MS],
+        ) {
+            let policy = resnet();
+            let m = &policy.models[0];
+            let mut a: Vec<(Nanos, usize)> = starts.iter().map(|&s| (s, 0)).collect();
+            let mut b = a.clone();
+            prop_assert_eq!(
+                drain(m, &mut a, (remaining, pad), bound, max_exec),
+                drain_batch_by_batch(m, &mut b, (remaining, pad), bound, max_exec)
+            );
+        }
+    }
 }
