@@ -6,6 +6,8 @@
 //! `cargo bench --bench http -- [concurrency] [seconds]` (default 16 clients, 5 s each).
 //! The difference between the two is what the runtime adds: decoding and checking the
 //! tensors, the controller's admission and scheduling, the executor and the encoding.
+//! Each phase also reports the CPU time of the whole process per request (clients
+//! included), which a busy machine disturbs far less than the latencies.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -35,6 +37,24 @@ async fn bare(body: web::Bytes) -> HttpResponse {
 struct Stats {
     latencies_us: Vec<u64>,
     errors: u64,
+    /// CPU time the whole process (clients, servers, runtime) used meanwhile: on a busy
+    /// machine latencies follow the other processes, the work per request does not.
+    cpu: Duration,
+}
+
+/// CPU time (user and system) this process has used so far, from `/proc/self/stat`;
+/// zero where that cannot be read.
+fn cpu_time() -> Duration {
+    let read = || -> Option<u64> {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // The fields after the command's name, from the third (the state) on.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        // utime and stime, the 14th and 15th fields, in ticks of 1/100 s (USER_HZ).
+        let user: u64 = fields.get(11)?.parse().ok()?;
+        let system: u64 = fields.get(12)?.parse().ok()?;
+        Some(user + system)
+    };
+    Duration::from_millis(read().unwrap_or(0) * 10)
 }
 
 /// `concurrency` clients each calling `request` back to back for `seconds`; a request
@@ -45,6 +65,7 @@ where
     R: std::future::Future<Output = bool> + 'static,
 {
     let stats = Rc::new(RefCell::new(Stats::default()));
+    let cpu = cpu_time();
     let start = Instant::now();
     let until = start + Duration::from_secs(seconds);
     let mut tasks = Vec::new();
@@ -67,7 +88,8 @@ where
         let _ = task.await;
     }
     let wall = start.elapsed().as_secs_f64();
-    let stats = std::mem::take(&mut *stats.borrow_mut());
+    let mut stats = std::mem::take(&mut *stats.borrow_mut());
+    stats.cpu = cpu_time().saturating_sub(cpu);
     (stats, wall)
 }
 
@@ -127,22 +149,34 @@ fn percentile(sorted: &[u64], q: f64) -> f64 {
     sorted[i] as f64
 }
 
-fn summary(name: &str, mut stats: Stats, wall: f64) -> (f64, f64, f64) {
+/// What one phase measured.
+struct Summary {
+    p50: f64,
+    p99: f64,
+    rate: f64,
+    /// CPU time of the whole process per successful request, µs.
+    cpu_us: f64,
+}
+
+fn summary(name: &str, mut stats: Stats, wall: f64) -> Summary {
     stats.latencies_us.sort_unstable();
     let (p50, p99) = (
         percentile(&stats.latencies_us, 0.5),
         percentile(&stats.latencies_us, 0.99),
     );
-    let rate = stats.latencies_us.len() as f64 / wall;
+    let ok = stats.latencies_us.len();
+    let rate = ok as f64 / wall;
+    let cpu_us = stats.cpu.as_secs_f64() * 1e6 / ok.max(1) as f64;
     println!(
-        "{name:<10} {:>9} ok {:>5} errors   p50 {:>7.0} µs   p99 {:>7.0} µs   {:>8.0} req/s",
-        stats.latencies_us.len(),
+        "{name:<10} {ok:>9} ok {:>5} errors   p50 {p50:>7.0} µs   p99 {p99:>7.0} µs   {rate:>8.0} req/s   cpu {cpu_us:>5.1} µs/req",
         stats.errors,
+    );
+    Summary {
         p50,
         p99,
-        rate
-    );
-    (p50, p99, rate)
+        rate,
+        cpu_us,
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -199,14 +233,15 @@ fn main() -> anyhow::Result<()> {
         let actors = summary("no HTTP", stats, wall);
         println!(
             "HTTP layer's share of clockwork's p50: {:.0} µs of {:.0} µs (the rest is the controller and executor)",
-            ours.0 - actors.0,
-            ours.0
+            ours.p50 - actors.p50,
+            ours.p50
         );
         println!(
-            "ratio clockwork/bare: p50 {:.2}x  p99 {:.2}x  throughput {:.2}x",
-            ours.0 / bare.0,
-            ours.1 / bare.1,
-            ours.2 / bare.2
+            "ratio clockwork/bare: p50 {:.2}x  p99 {:.2}x  throughput {:.2}x  cpu per request {:.2}x",
+            ours.p50 / bare.p50,
+            ours.p99 / bare.p99,
+            ours.rate / bare.rate,
+            ours.cpu_us / bare.cpu_us
         );
         runtime.shutdown().await;
         anyhow::Ok(())

@@ -1,10 +1,10 @@
 //! The typed messages between actors.
 //!
-//! Requests flow one way: API -> [`Controller`](super::Controller) ([`Infer`]) ->
+//! Requests flow one way: API -> [`Controller`](super::Controller) ([`Submit`]) ->
 //! [`Executor`](super::Executor) ([`Execute`]) -> controller ([`ActionReport`]) -> API (the
-//! [`InferResult`] of the `Infer`). Executors fetch model artifacts from the
-//! [`ModelCache`](super::ModelCache) ([`FetchArtifact`]). Every actor answers a snapshot
-//! message with a plain, serialisable view of its state.
+//! [`InferResult`] on the request's own reply channel). Executors fetch model artifacts
+//! from the [`ModelCache`](super::ModelCache) ([`FetchArtifact`]). Every actor answers a
+//! snapshot message with a plain, serialisable view of its state.
 
 use std::sync::Arc;
 
@@ -91,9 +91,11 @@ pub struct Edge {
     pub reserve: Nanos,
 }
 
-/// An inference request that brings its own reply channel and shared inputs: the cheap
-/// way in for callers that send very many (the simulator). [`Infer`] is the convenient
-/// form of the same thing.
+/// An inference request that brings its own reply channel and shared inputs: the way in
+/// for the HTTP and gRPC front end (the controller answers the waiting handler directly)
+/// and for callers that send very many (the simulator). [`Infer`] is the convenient form
+/// of the same thing, whose answer takes one more hop (a task on the controller's thread
+/// forwards it).
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct Submit {

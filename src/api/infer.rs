@@ -1,4 +1,4 @@
-//! `POST /v2/models/{model}[/versions/{version}]/infer`: HTTP in, one [`Infer`] to the
+//! `POST /v2/models/{model}[/versions/{version}]/infer`: HTTP in, one [`Submit`] to the
 //! controller (or, for a pipeline, one root request to its actor), HTTP out.
 //!
 //! Models and pipelines take the same edge path ([`Front`]): arrival stamp, refusal
@@ -15,8 +15,11 @@ use serde_json::Value;
 
 use std::sync::Arc;
 
-use actix_web::http::header::{HeaderName, HeaderValue};
+use tokio::sync::oneshot;
 
+use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+
+use super::binary::HEADER_LENGTH;
 use super::body::{decode_body, respond, Answer, Decoded};
 use super::edge::{self, Expected, FrontKey, Phase, PoolError, Stage};
 use super::error::{ApiError, ErrorBody};
@@ -25,7 +28,7 @@ use super::models::Entry;
 use super::pipelines::pipeline_spec;
 use super::v2::{InferRequest, InferResponse, Parameters};
 use super::ApiState;
-use crate::actors::messages::{Edge, Infer, InferError, Inferred};
+use crate::actors::messages::{Edge, InferError, Inferred, Submit};
 use crate::actors::pipeline_table::Served;
 use crate::model::{ModelId, ModelSpec};
 use crate::scheduler::view::{judge, Admission};
@@ -91,9 +94,11 @@ pub(super) async fn handle(
     request: &HttpRequest,
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let known = state.models.find(model, version).ok().map(|e| e.id);
     let result = run(state, model, version, request, body).await;
     if let Err(error) = &result {
+        // Looked up for errors only: a success is counted by its model already, and the
+        // lookup (a lock and a map) is not free on every request.
+        let known = state.models.find(model, version).ok().map(|e| e.id);
         state.metrics.api_error(error, known);
     }
     result
@@ -110,7 +115,7 @@ pub(super) async fn run(
     let front = Front::new(state, &target, edge::arrival(request, &state.clock));
     front.admit_before_reading()?;
     let body = front.read(body).await?;
-    let headers = request.headers().clone();
+    let headers = binary_header(request);
     let small = body.len() <= edge::INLINE_DECODE_BYTES;
     let job = move |spec: &ModelSpec| decode_body(spec, &headers, body);
     let decoded = front.decode(small, job).await?;
@@ -131,6 +136,19 @@ pub(super) async fn run(
         delivered.took,
         delivered.exec,
     ))
+}
+
+/// The one header decoding reads (Triton's binary extension's header length), in a map of
+/// its own: the decoding job may run on another thread, and copying every header of every
+/// request for it cost more than the decoding of a small body.
+fn binary_header(request: &HttpRequest) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    let value = request.headers().get(HEADER_LENGTH);
+    // The name is valid (a constant): `from_bytes` only lowercases it.
+    if let (Some(value), Ok(name)) = (value, HeaderName::from_bytes(HEADER_LENGTH.as_bytes())) {
+        headers.insert(name, value.clone());
+    }
+    headers
 }
 
 /// What a request at a model's path is for.
@@ -197,7 +215,7 @@ impl Target {
     }
 }
 
-/// A decoded request to a model: one [`Infer`] to the controller, its answer.
+/// A decoded request to a model: one [`Submit`] to the controller, its answer.
 async fn call(
     state: &ApiState,
     entry: &Arc<Entry>,
@@ -206,18 +224,27 @@ async fn call(
     slo: Option<Nanos>,
     edge: Edge,
 ) -> Result<Answer, ApiError> {
-    let message = Infer {
+    // The request carries its own reply channel: the controller answers this future
+    // directly, without a task of its own that waits for the answer and forwards it (what
+    // `Infer` through `send` costs: a second channel and a wake-up on the controller's
+    // thread). The controller's mailbox is unbounded in practice (`actors::MAILBOX`):
+    // requests are admitted or refused by the policy, never held back by the mailbox.
+    let (reply, answer) = oneshot::channel();
+    let message = Submit {
         model: entry.spec.name.clone(),
-        inputs,
+        inputs: Arc::new(inputs),
         items,
         slo,
         edge: Some(edge),
         root: None,
+        reply,
     };
     let waiting = Waiting::new(&state.metrics, entry.id);
-    let answer = state.controller.send(message).await;
+    state.controller.do_send(message);
+    let answer = answer.await;
     drop(waiting);
-    // A controller that is gone can only be one that is shutting down.
+    // A controller that is gone (the reply dropped unanswered) can only be one that is
+    // shutting down.
     let inferred = answer.unwrap_or(Err(InferError::ShuttingDown))?;
     state.metrics.success(entry.id, &inferred);
     let started = state.clock.now();
@@ -280,14 +307,17 @@ impl<'a> Front<'a> {
         }
     }
 
-    /// Records the time a phase took since `started`.
-    pub(super) fn took(&self, phase: Phase, started: Nanos) {
-        self.record(phase, self.state.clock.now().saturating_sub(started));
+    /// Records the time a phase took since `started`; answers when it ended (now).
+    pub(super) fn took(&self, phase: Phase, started: Nanos) -> Nanos {
+        let now = self.state.clock.now();
+        self.record(phase, now.saturating_sub(started), now);
+        now
     }
 
-    /// Learns and shows the time a phase took.
-    fn record(&self, phase: Phase, took: Nanos) {
-        let now = self.state.clock.now();
+    /// Learns and shows the time a phase took, measured at `now` (the caller's own clock
+    /// reading: on some virtual machines each read is a system call, and a request's
+    /// path read the clock fourteen times).
+    fn record(&self, phase: Phase, took: Nanos, now: Nanos) {
         self.state.front.observe(&self.key, phase, took, now);
         self.state.metrics.front(&self.key, phase, took);
     }
@@ -351,12 +381,12 @@ impl<'a> Front<'a> {
                 return Err(self.refuse(Stage::Decoding, 0))
             }
         };
-        self.record(Phase::Wait, begun.saturating_sub(started));
+        self.record(Phase::Wait, begun.saturating_sub(started), begun);
         self.took(Phase::Decode, begun);
         decoded
     }
 
-    /// The one call every protocol makes of a decoded request: an [`Infer`] to the
+    /// The one call every protocol makes of a decoded request: a [`Submit`] to the
     /// controller or a pipeline's root request, with the arrival and the way back; then
     /// the answer encoded by `encode`, the way back learned, lateness and latency counted.
     pub(super) async fn answer<R>(
@@ -379,8 +409,7 @@ impl<'a> Front<'a> {
         };
         let (ended, exec) = (answer.ended, answer.exec);
         let response = encode(self.target.spec(), &decoded, answer);
-        self.took(Phase::Respond, ended);
-        let done = self.state.clock.now();
+        let done = self.took(Phase::Respond, ended);
         if done > self.arrival.saturating_add(slo) {
             self.state.metrics.late_at_edge(&self.key);
         }
@@ -423,10 +452,13 @@ fn with_server_timing(
     edge: Nanos,
     exec: Option<Nanos>,
 ) -> HttpResponse {
+    use std::fmt::Write;
     let ms = |t: Nanos| t as f64 / 1e6;
-    let mut value = format!("edge;dur={:.3}", ms(edge));
+    // One buffer, written in place (writing to a String cannot fail).
+    let mut value = String::with_capacity(48);
+    let _ = write!(value, "edge;dur={:.3}", ms(edge));
     if let Some(exec) = exec {
-        value.push_str(&format!(", exec;dur={:.3}", ms(exec)));
+        let _ = write!(value, ", exec;dur={:.3}", ms(exec));
     }
     if let Ok(value) = HeaderValue::from_str(&value) {
         response.headers_mut().insert(SERVER_TIMING, value);

@@ -237,13 +237,19 @@ impl Controller {
         };
         self.touched.push(model);
         self.parts.policy.admit(request, now, &mut self.plan);
-        self.step(ctx);
+        self.step_at(now, ctx);
     }
 
     /// Runs the policy and carries out its plan.
     fn step(&mut self, ctx: &mut Context<Self>) {
+        self.step_at(self.now(), ctx);
+    }
+
+    /// [`Controller::step`] at `now`, read by a caller that read the clock just before:
+    /// on some virtual machines every read is a system call, and a request's admission and
+    /// its report each read it three times.
+    fn step_at(&mut self, now: Nanos, ctx: &mut Context<Self>) {
         self.steps += 1;
-        let now = self.now();
         self.fail_overdue(now);
         self.send_probes(now);
         self.parts.policy.schedule(now, &mut self.plan);
@@ -260,7 +266,7 @@ impl Controller {
         if self.drain_deadline.is_some_and(|at| at <= now) {
             self.abandon_pending(now);
         }
-        self.arm(ctx);
+        self.arm_at(now, ctx);
         if self.draining && self.pending.is_empty() {
             for done in self.drained.drain(..) {
                 let _ = done.send(());
@@ -400,7 +406,11 @@ impl Controller {
 
     /// Keeps one timer armed for the policy's next wake-up.
     fn arm(&mut self, ctx: &mut Context<Self>) {
-        let now = self.now();
+        self.arm_at(self.now(), ctx);
+    }
+
+    /// [`Controller::arm`] at `now`.
+    fn arm_at(&mut self, now: Nanos, ctx: &mut Context<Self>) {
         let at = [
             self.parts.policy.next_wakeup(now),
             self.watchdog.next_deadline(),

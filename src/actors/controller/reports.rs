@@ -108,7 +108,7 @@ impl Controller {
         }
         self.update_service(report.device, now);
         self.apply(sent, report, now);
-        self.step(ctx);
+        self.step_at(now, ctx);
     }
 
     /// Why `device` is out of service, if it is: the health rule's cause, or a hang.
