@@ -55,7 +55,11 @@ impl Number {
         if !self.exact {
             return None;
         }
-        let mut f = self.digits as f64;
+        // Through i64 where it fits: the same value, converted in one instruction.
+        let mut f = match i64::try_from(self.digits) {
+            Ok(digits) => digits as f64,
+            Err(_) => self.digits as f64,
+        };
         if !self.integer {
             let power = *EXACT.get(self.exponent.unsigned_abs() as usize)?;
             if self.exponent >= 0 {
@@ -81,6 +85,17 @@ impl Number {
     }
 }
 
+/// The digits of `x` (digit values, the first in the lowest byte) in its `n` lowest
+/// bytes, 1 to 8: moved to the top (zeros below are leading zeros), then pairs, fours and
+/// eights combined by three multiplications.
+#[inline(always)]
+fn combine(x: u64, n: usize) -> u64 {
+    let mut v = x << (64 - 8 * n as u32);
+    v = (v.wrapping_mul(10) + (v >> 8)) & 0x00FF_00FF_00FF_00FF;
+    v = (v.wrapping_mul(100) + (v >> 16)) & 0x0000_FFFF_0000_FFFF;
+    (v.wrapping_mul(10_000) + (v >> 32)) & 0xFFFF_FFFF
+}
+
 /// The value and count of the ASCII digits at `pos`, up to eight.
 #[inline(always)]
 fn eight(text: &[u8], pos: usize) -> (u64, usize) {
@@ -104,13 +119,7 @@ fn eight(text: &[u8], pos: usize) -> (u64, usize) {
     if n == 0 {
         return (0, 0);
     }
-    // The n digits to the top bytes (the first, most significant, lowest), zeros below:
-    // then pairs, fours and eights are combined by three multiplications.
-    let mut v = x << (64 - 8 * n as u32);
-    v = (v.wrapping_mul(10) + (v >> 8)) & 0x00FF_00FF_00FF_00FF;
-    v = (v.wrapping_mul(100) + (v >> 16)) & 0x0000_FFFF_0000_FFFF;
-    v = (v.wrapping_mul(10_000) + (v >> 32)) & 0xFFFF_FFFF;
-    (v, n)
+    (combine(x, n), n)
 }
 
 /// A run of digits at `pos` added to `digits`: where it ends and how many it had.

@@ -48,22 +48,155 @@ impl From<Malformed> for Syntax {
 /// Reads `text` as elements of `datatype`; only checks it and counts where the
 /// datatype is not known (`None`: the request is refused for that later).
 pub(super) fn read(text: &[u8], datatype: Option<DataType>) -> Result<ReadData, Syntax> {
-    let size = datatype.and_then(DataType::size).unwrap_or(1);
-    // Every element takes at least two bytes of text (itself and a separator), so this
-    // never reserves more than the body's size allows, whatever shape was declared.
-    let mut reader = Reader {
-        datatype,
-        elements: 0,
-        bytes: Vec::with_capacity((text.len() / 2 + 1) * size),
-        wrong: None,
+    macro_rules! int {
+        ($t:ty) => {
+            fixed(
+                text,
+                |n| {
+                    n.integer()
+                        .ok()
+                        .flatten()
+                        .and_then(|x| <$t>::try_from(x).ok())
+                        .map(<$t>::to_le_bytes)
+                },
+                |v| {
+                    integer(v)
+                        .and_then(|x| <$t>::try_from(x).ok())
+                        .map(<$t>::to_le_bytes)
+                },
+            )
+        };
+    }
+    let float = |n: &Number| n.float();
+    let (elements, bytes, wrong) = match datatype {
+        None => (checked(text)?, Vec::new(), None),
+        Some(DataType::Fp32) => fixed(
+            text,
+            |n| float(n).map(|x| (x as f32).to_le_bytes()),
+            |v| v.as_f64().map(|x| (x as f32).to_le_bytes()),
+        )?,
+        Some(DataType::Fp64) => fixed(
+            text,
+            |n| float(n).map(f64::to_le_bytes),
+            |v| v.as_f64().map(f64::to_le_bytes),
+        )?,
+        Some(DataType::Fp16) => fixed(
+            text,
+            |n| float(n).map(|x| half::f16::from_f64(x).to_le_bytes()),
+            |v| v.as_f64().map(|x| half::f16::from_f64(x).to_le_bytes()),
+        )?,
+        Some(DataType::Bool) => fixed(text, |_| None, |v| v.as_bool().map(|b| [u8::from(b)]))?,
+        Some(DataType::Uint8) => int!(u8)?,
+        Some(DataType::Uint16) => int!(u16)?,
+        Some(DataType::Uint32) => int!(u32)?,
+        Some(DataType::Uint64) => int!(u64)?,
+        Some(DataType::Int8) => int!(i8)?,
+        Some(DataType::Int16) => int!(i16)?,
+        Some(DataType::Int32) => int!(i32)?,
+        Some(DataType::Int64) => int!(i64)?,
+        Some(DataType::Bytes) => strings(text)?,
     };
-    walk(text, |pos| reader.element(text, pos))?;
     Ok(ReadData {
         datatype,
-        elements: reader.elements,
-        bytes: reader.bytes,
-        wrong: reader.wrong,
+        elements,
+        bytes,
+        wrong,
     })
+}
+
+/// Elements, their bytes and the first wrong value, as `read` gathers them.
+type Gathered = (usize, Vec<u8>, Option<String>);
+
+/// Reads elements of `N` bytes: a number by `fast` where it can (`None`: it cannot, or
+/// the number is wrong), anything else by `serde_json` and `slow` (the rule of the old
+/// path, value by value: `None` is a wrong value). After a wrong value the rest is only
+/// checked and counted.
+#[inline(always)]
+fn fixed<const N: usize>(
+    text: &[u8],
+    fast: impl Fn(&Number) -> Option<[u8; N]>,
+    slow: impl Fn(&Value) -> Option<[u8; N]>,
+) -> Result<Gathered, Syntax> {
+    // Every element takes at least two bytes of text (itself and a separator), so this
+    // holds them all and never more than the body's size allows, whatever shape was
+    // declared. Zeroed memory comes from the allocator untouched.
+    let mut out = vec![0u8; (text.len() / 2 + 1) * N];
+    let (mut len, mut elements, mut wrong) = (0usize, 0usize, None);
+    walk(text, |pos| {
+        elements += 1;
+        if wrong.is_some() {
+            return skip(text, pos);
+        }
+        let (bytes, end) = match text.get(pos) {
+            Some(b'-' | b'0'..=b'9') => {
+                let n = number(text, pos)?;
+                match fast(&n) {
+                    Some(bytes) => (Some(bytes), n.end),
+                    None => judge(text, pos, &slow, &mut wrong)?,
+                }
+            }
+            _ => judge(text, pos, &slow, &mut wrong)?,
+        };
+        if let Some(bytes) = bytes {
+            let slot = out.get_mut(len..len + N).ok_or_else(|| Syntax {
+                at: pos,
+                problem: "more elements than its text can hold".into(),
+            })?;
+            slot.copy_from_slice(&bytes);
+            len += N;
+        }
+        Ok(end)
+    })?;
+    out.truncate(len);
+    Ok((elements, out, wrong))
+}
+
+/// The value at `pos` read by `serde_json` and converted by `slow`; where that gives
+/// nothing, the value's text goes to `wrong`.
+#[cold]
+fn judge<const N: usize>(
+    text: &[u8],
+    pos: usize,
+    slow: &impl Fn(&Value) -> Option<[u8; N]>,
+    wrong: &mut Option<String>,
+) -> Result<(Option<[u8; N]>, usize), Syntax> {
+    let (value, end) = value_at(text, pos)?;
+    let bytes = slow(&value);
+    if bytes.is_none() {
+        *wrong = Some(value.to_string());
+    }
+    Ok((bytes, end))
+}
+
+/// `BYTES` elements: each a JSON string, length-prefixed.
+fn strings(text: &[u8]) -> Result<Gathered, Syntax> {
+    let (mut out, mut elements, mut wrong) = (Vec::new(), 0, None);
+    walk(text, |pos| {
+        elements += 1;
+        if wrong.is_some() {
+            return skip(text, pos);
+        }
+        let (value, end) = value_at(text, pos)?;
+        match value.as_str().map(|s| (s, u32::try_from(s.len()))) {
+            Some((s, Ok(len))) => {
+                out.extend_from_slice(&len.to_le_bytes());
+                out.extend_from_slice(s.as_bytes());
+            }
+            _ => wrong = Some(value.to_string()),
+        }
+        Ok(end)
+    })?;
+    Ok((elements, out, wrong))
+}
+
+/// Checks `text` and counts its elements.
+fn checked(text: &[u8]) -> Result<usize, Syntax> {
+    let mut elements = 0;
+    walk(text, |pos| {
+        elements += 1;
+        skip(text, pos)
+    })?;
+    Ok(elements)
 }
 
 fn whitespace(text: &[u8], mut pos: usize) -> usize {
@@ -75,6 +208,7 @@ fn whitespace(text: &[u8], mut pos: usize) -> usize {
 
 /// Walks the arrays of `text`, calling `element` at each scalar (or object) in order,
 /// which returns where it ends. Iterative: any depth of nesting is one counter.
+#[inline(always)]
 fn walk(
     text: &[u8],
     mut element: impl FnMut(usize) -> Result<usize, Syntax>,
@@ -95,10 +229,19 @@ fn walk(
                 }
                 pos += 1;
             }
+            Some(b' ' | b'\n' | b'\r' | b'\t') => {
+                pos = whitespace(text, pos);
+                continue 'value;
+            }
             Some(_) => pos = element(pos)?,
             None => return Err(expected(pos, "a value")),
         }
         loop {
+            // The common separator in one look (each look waits for the one before).
+            if depth > 0 && text.get(pos..pos + 2) == Some(b", ") {
+                pos += 2;
+                continue 'value;
+            }
             pos = whitespace(text, pos);
             if depth == 0 {
                 return match pos == text.len() {
@@ -108,7 +251,7 @@ fn walk(
             }
             match text.get(pos) {
                 Some(b',') => {
-                    pos = whitespace(text, pos + 1);
+                    pos += 1;
                     continue 'value;
                 }
                 Some(b']') => {
@@ -140,132 +283,6 @@ fn one<T: DeserializeOwned>(text: &[u8], pos: usize) -> Result<(T, usize), Synta
 
 fn value_at(text: &[u8], pos: usize) -> Result<(Value, usize), Syntax> {
     one(text, pos)
-}
-
-/// Gathers the elements of one input as they are read.
-struct Reader {
-    datatype: Option<DataType>,
-    elements: usize,
-    bytes: Vec<u8>,
-    /// The first value the datatype cannot take, as JSON text.
-    wrong: Option<String>,
-}
-
-impl Reader {
-    /// Reads the element at `pos`; returns where it ends.
-    #[inline(always)]
-    fn element(&mut self, text: &[u8], pos: usize) -> Result<usize, Syntax> {
-        self.elements += 1;
-        let datatype = match self.datatype {
-            Some(datatype) if self.wrong.is_none() => datatype,
-            // Only its syntax and its end matter now.
-            _ => return skip(text, pos),
-        };
-        let first = text.get(pos).copied().unwrap_or_default();
-        let numeric = first == b'-' || first.is_ascii_digit();
-        match datatype {
-            DataType::Fp16 | DataType::Fp32 | DataType::Fp64 if numeric => {
-                let n = number(text, pos)?;
-                let x = match n.float() {
-                    Some(x) => x,
-                    None => self.slow(text, pos, |v| v.as_f64())?.unwrap_or_default(),
-                };
-                match datatype {
-                    DataType::Fp32 => self.bytes.extend_from_slice(&(x as f32).to_le_bytes()),
-                    DataType::Fp16 => {
-                        self.bytes
-                            .extend_from_slice(&half::f16::from_f64(x).to_le_bytes());
-                    }
-                    _ => self.bytes.extend_from_slice(&x.to_le_bytes()),
-                }
-                Ok(n.end)
-            }
-            DataType::Bool if text.get(pos..pos + 4) == Some(b"true") => {
-                self.bytes.push(1);
-                Ok(pos + 4)
-            }
-            DataType::Bool if text.get(pos..pos + 5) == Some(b"false") => {
-                self.bytes.push(0);
-                Ok(pos + 5)
-            }
-            DataType::Bytes if first == b'"' => {
-                let (value, end) = value_at(text, pos)?;
-                match value.as_str().map(|s| (s, u32::try_from(s.len()))) {
-                    Some((s, Ok(len))) => {
-                        self.bytes.extend_from_slice(&len.to_le_bytes());
-                        self.bytes.extend_from_slice(s.as_bytes());
-                    }
-                    _ => self.wrong = Some(value.to_string()),
-                }
-                Ok(end)
-            }
-            DataType::Fp16 | DataType::Fp32 | DataType::Fp64 | DataType::Bool | DataType::Bytes => {
-                let (value, end) = value_at(text, pos)?;
-                self.wrong = Some(value.to_string());
-                Ok(end)
-            }
-            integer => self.integer(integer, text, pos, numeric),
-        }
-    }
-
-    fn integer(
-        &mut self,
-        datatype: DataType,
-        text: &[u8],
-        pos: usize,
-        numeric: bool,
-    ) -> Result<usize, Syntax> {
-        let (n, x) = match numeric {
-            true => {
-                let n = number(text, pos)?;
-                match n.integer() {
-                    Ok(x) => (n, x),
-                    Err(()) => (n, self.slow(text, pos, integer)?),
-                }
-            }
-            false => {
-                let (value, end) = value_at(text, pos)?;
-                self.wrong = Some(value.to_string());
-                return Ok(end);
-            }
-        };
-        macro_rules! put {
-            ($t:ty) => {
-                match x.and_then(|x| <$t>::try_from(x).ok()) {
-                    Some(x) => self.bytes.extend_from_slice(&x.to_le_bytes()),
-                    None => self.wrong = Some(value_at(text, pos)?.0.to_string()),
-                }
-            };
-        }
-        match datatype {
-            DataType::Uint8 => put!(u8),
-            DataType::Uint16 => put!(u16),
-            DataType::Uint32 => put!(u32),
-            DataType::Uint64 => put!(u64),
-            DataType::Int8 => put!(i8),
-            DataType::Int16 => put!(i16),
-            DataType::Int32 => put!(i32),
-            _ => put!(i64),
-        }
-        Ok(n.end)
-    }
-
-    /// The number at `pos` read by `serde_json` (long digits, large exponents) and taken
-    /// by `take`; marks it wrong where `take` gives nothing.
-    #[cold]
-    fn slow<T>(
-        &mut self,
-        text: &[u8],
-        pos: usize,
-        take: impl Fn(&Value) -> Option<T>,
-    ) -> Result<Option<T>, Syntax> {
-        let (value, _) = value_at(text, pos)?;
-        let taken = take(&value);
-        if taken.is_none() {
-            self.wrong = Some(value.to_string());
-        }
-        Ok(taken)
-    }
 }
 
 /// An integer as `serde_json::Value` holds one, widened.
