@@ -11,7 +11,7 @@
 //! `data`), against `serde_json::to_vec` of a `Value` array of the same numbers.
 //!
 //! `cargo bench --bench json -- [reps]` (default 30): the best and the median of `reps`
-//! runs of each, and the ratio baseline / new of the medians.
+//! runs of each (baseline and new in turns), and the ratio baseline / new of the medians.
 
 use std::time::Instant;
 
@@ -25,17 +25,27 @@ use serde_json::Value;
 
 const ELEMENTS: usize = 3 * 224 * 224;
 
-/// Best and median seconds of `reps` runs of `f`.
-fn time<T>(reps: usize, mut f: impl FnMut() -> T) -> (f64, f64) {
-    let mut runs: Vec<f64> = (0..reps)
-        .map(|_| {
-            let start = Instant::now();
-            std::hint::black_box(f());
-            start.elapsed().as_secs_f64()
-        })
-        .collect();
-    runs.sort_by(f64::total_cmp);
-    (runs[0], runs[reps / 2])
+/// Best and median seconds of `reps` runs of `baseline` and of `new`, taken in turns so
+/// that both see the same machine (this one is shared and busy).
+fn time<A, B>(
+    reps: usize,
+    mut baseline: impl FnMut() -> A,
+    mut new: impl FnMut() -> B,
+) -> ((f64, f64), (f64, f64)) {
+    let mut runs = (Vec::with_capacity(reps), Vec::with_capacity(reps));
+    for _ in 0..reps {
+        let start = Instant::now();
+        std::hint::black_box(baseline());
+        runs.0.push(start.elapsed().as_secs_f64());
+        let start = Instant::now();
+        std::hint::black_box(new());
+        runs.1.push(start.elapsed().as_secs_f64());
+    }
+    let summary = |mut runs: Vec<f64>| {
+        runs.sort_by(f64::total_cmp);
+        (runs[0], runs[reps / 2])
+    };
+    (summary(runs.0), summary(runs.1))
 }
 
 /// A request body with one FP32 input whose elements are written by `text`.
@@ -117,12 +127,13 @@ fn main() {
             decode_old(body),
             "{name}: the old path's bytes"
         );
-        let baseline = time(reps, || {
-            serde_json::from_slice::<Value>(body).expect("JSON")
-        });
-        let old = time(reps, || decode_old(body));
-        let new = time(reps, || decode(body));
+        let (baseline, new) = time(
+            reps,
+            || serde_json::from_slice::<Value>(body).expect("JSON"),
+            || decode(body),
+        );
         row(&format!("decode, {name}: Value only"), baseline, new);
+        let (old, new) = time(reps, || decode_old(body), || decode(body));
         row(&format!("decode, {name}: old path"), old, new);
     }
     let numbers = Value::Array(
@@ -132,9 +143,10 @@ fn main() {
             .collect::<Result<_, _>>()
             .expect("numbers"),
     );
-    let baseline = time(reps, || serde_json::to_vec(&numbers).expect("JSON"));
-    let new = time(reps, || {
-        serde_json::to_vec(&codec::to_json(DataType::Fp32, &exact)).expect("JSON")
-    });
+    let (baseline, new) = time(
+        reps,
+        || serde_json::to_vec(&numbers).expect("JSON"),
+        || serde_json::to_vec(&codec::to_json(DataType::Fp32, &exact)).expect("JSON"),
+    );
     row("encode (typed elements)", baseline, new);
 }
