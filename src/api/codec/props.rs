@@ -7,6 +7,7 @@
 use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::{from_json, parse_request};
@@ -80,6 +81,26 @@ fn old_from_json(
     Ok(out)
 }
 
+/// The inputs as the old path read them (`data` a `Value`; like it, every field it does
+/// not use ignored, whose strings `serde_json` then does not check as a `Value` would).
+#[derive(Deserialize)]
+struct OldRequest {
+    inputs: Vec<OldInput>,
+}
+
+#[derive(Deserialize)]
+struct OldInput {
+    name: String,
+    datatype: String,
+    #[serde(default)]
+    data: Option<Value>,
+}
+
+fn old_inputs(body: &[u8]) -> Vec<OldInput> {
+    let old: OldRequest = serde_json::from_slice(body).expect("a valid request");
+    old.inputs
+}
+
 /// What a body's inputs come to: invalid JSON, or per input its bytes or bad input.
 #[derive(Debug, PartialEq)]
 enum Outcome {
@@ -102,10 +123,10 @@ fn new_path(body: &[u8], odd: bool) -> Outcome {
     let Ok(request) = parse_request(&body.to_vec().into()) else {
         return Outcome::InvalidJson;
     };
-    let old: Value = serde_json::from_slice(body).expect("the body parsed");
-    let inputs = request.inputs.iter().enumerate().filter_map(|(i, input)| {
+    let old = old_inputs(body);
+    let inputs = request.inputs.iter().zip(&old).filter_map(|(input, old)| {
         let datatype = parse_datatype(&input.datatype)?;
-        let count = count_of(old["inputs"][i].get("data"), odd);
+        let count = count_of(old.data.as_ref(), odd);
         let data = input.data.as_ref()?;
         Some(from_json(&input.name, datatype, count, data))
     });
@@ -116,22 +137,12 @@ fn old_path(body: &[u8], odd: bool) -> Outcome {
     if serde_json::from_slice::<InferRequest>(body).is_err() {
         return Outcome::InvalidJson;
     }
-    let old: Value = serde_json::from_slice(body).expect("the body parsed");
-    let inputs = old["inputs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|input| {
-            let datatype = parse_datatype(input["datatype"].as_str()?)?;
-            let data = input.get("data").filter(|d| !d.is_null())?;
-            let name = input["name"].as_str()?;
-            Some(old_from_json(
-                name,
-                datatype,
-                count_of(Some(data), odd),
-                data,
-            ))
-        });
+    let inputs = old_inputs(body).into_iter().filter_map(|input| {
+        let datatype = parse_datatype(&input.datatype)?;
+        let data = input.data.filter(|d| !d.is_null())?;
+        let count = count_of(Some(&data), odd);
+        Some(old_from_json(&input.name, datatype, count, &data))
+    });
     Outcome::Inputs(inputs.collect())
 }
 

@@ -45,9 +45,11 @@ pub fn parse_request(json: &Bytes) -> Result<InferRequest, String> {
     Ok(request)
 }
 
-/// The skeleton and, for each element of `inputs`, where its `data` value was (`None`
-/// for none, or `null`); `None` where the walk cannot follow the body.
-fn cut(json: &[u8]) -> Option<(Vec<u8>, Vec<Option<Range<usize>>>)> {
+/// Where each element of `inputs` had its `data` value (`None` for none, or `null`).
+type Cuts = Vec<Option<Range<usize>>>;
+
+/// The skeleton and the cuts; `None` where the walk cannot follow the body.
+fn cut(json: &[u8]) -> Option<(Vec<u8>, Cuts)> {
     let mut walk = Walk {
         text: json,
         pos: 0,
@@ -83,7 +85,7 @@ struct Walk<'a> {
     /// The body up to `copied`, cuts replaced.
     skeleton: Vec<u8>,
     copied: usize,
-    cuts: Vec<Option<Range<usize>>>,
+    cuts: Cuts,
 }
 
 impl Walk<'_> {
