@@ -49,8 +49,7 @@ pub(super) fn decode_body(
     body: web::Bytes,
 ) -> Result<Decoded, ApiError> {
     let (json, binary) = binary::split(headers, body)?;
-    let request: InferRequest =
-        serde_json::from_slice(&json).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    let request: InferRequest = codec::parse_request(&json).map_err(ApiError::InvalidJson)?;
     let slo = slo(&request.parameters)?;
     let (inputs, batched) = decode_inputs(spec, &request, binary)?;
     let outputs = choose_outputs(spec, &request)?;

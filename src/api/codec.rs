@@ -4,10 +4,21 @@
 //! Inside the runtime a `BYTES` tensor holds its elements as Triton's binary extension
 //! lays them out (each element a 4-byte little-endian length, then its bytes), so binary
 //! requests pass through unchanged.
+//!
+//! A JSON request is read by `parse_request` (`request.rs`): `serde_json` reads the body
+//! with the inputs' `data` cut out, and `scan.rs` (numbers by `number.rs`) reads each
+//! `data` text straight into its datatype's bytes; no `serde_json::Value` is built for
+//! the elements. `from_json` then checks them against the input's shape.
 
-use serde_json::Value;
+mod number;
+#[cfg(test)]
+mod props;
+mod request;
+mod scan;
 
-use super::v2::{datatype_name, Elements};
+pub use request::parse_request;
+
+use super::v2::{datatype_name, Data, Elements};
 use crate::model::{DataType, TensorSpec};
 
 /// The shape of one item from the shape a client sent, and the leading batch dimension
@@ -53,88 +64,36 @@ pub fn elements(name: &str, shape: &[usize]) -> Result<usize, String> {
         .ok_or_else(|| format!("input '{name}' has a shape too large to hold: {shape:?}"))
 }
 
-/// Appends every scalar of a flat or nested JSON array in row-major order.
-fn flatten<'a>(value: &'a Value, out: &mut Vec<&'a Value>) {
-    match value {
-        Value::Array(items) => items.iter().for_each(|item| flatten(item, out)),
-        scalar => out.push(scalar),
-    }
-}
-
-fn integer(value: &Value) -> Option<i128> {
-    value
-        .as_i64()
-        .map(i128::from)
-        .or_else(|| value.as_u64().map(i128::from))
-}
-
-/// The bytes of a tensor given as JSON `data`, checked against its datatype and count.
+/// The bytes of a tensor given as JSON `data`, checked against its datatype and count:
+/// first the count, then the first value the datatype cannot take.
 pub fn from_json(
     name: &str,
     datatype: DataType,
     count: usize,
-    data: &Value,
+    data: &Data,
 ) -> Result<Vec<u8>, String> {
-    // Sized by the data the client sent, never by the shape it declared: a shape of
-    // 2^40 elements must be refused, not reserved for.
-    let mut values = Vec::new();
-    flatten(data, &mut values);
-    if values.len() != count {
+    let fresh;
+    let read = match &data.read {
+        Some(read) if read.datatype == Some(datatype) => read,
+        // Not read by `parse_request`, or as another datatype.
+        _ => {
+            fresh = scan::read(&data.text, Some(datatype)).map_err(|e| e.message(name))?;
+            &fresh
+        }
+    };
+    if read.elements != count {
         return Err(format!(
             "input '{name}' has {} elements of data, its shape needs {count}",
-            values.len()
+            read.elements
         ));
     }
-    let mut out = Vec::with_capacity(values.len() * datatype.size().unwrap_or(8));
-    let wrong = |value: &Value| {
+    if let Some(value) = &read.wrong {
         let expected = datatype_name(datatype);
-        format!("input '{name}' has the value {value}, which is not a {expected}")
-    };
-    macro_rules! ints {
-        ($t:ty) => {
-            for value in &values {
-                let x = integer(value)
-                    .and_then(|x| <$t>::try_from(x).ok())
-                    .ok_or_else(|| wrong(value))?;
-                out.extend_from_slice(&x.to_le_bytes());
-            }
-        };
+        return Err(format!(
+            "input '{name}' has the value {value}, which is not a {expected}"
+        ));
     }
-    match datatype {
-        DataType::Bool => {
-            for value in &values {
-                let b = value.as_bool().ok_or_else(|| wrong(value))?;
-                out.push(u8::from(b));
-            }
-        }
-        DataType::Uint8 => ints!(u8),
-        DataType::Uint16 => ints!(u16),
-        DataType::Uint32 => ints!(u32),
-        DataType::Uint64 => ints!(u64),
-        DataType::Int8 => ints!(i8),
-        DataType::Int16 => ints!(i16),
-        DataType::Int32 => ints!(i32),
-        DataType::Int64 => ints!(i64),
-        DataType::Fp16 | DataType::Fp32 | DataType::Fp64 => {
-            for value in &values {
-                let x = value.as_f64().ok_or_else(|| wrong(value))?;
-                match datatype {
-                    DataType::Fp16 => out.extend_from_slice(&half::f16::from_f64(x).to_le_bytes()),
-                    DataType::Fp32 => out.extend_from_slice(&(x as f32).to_le_bytes()),
-                    _ => out.extend_from_slice(&x.to_le_bytes()),
-                }
-            }
-        }
-        DataType::Bytes => {
-            for value in &values {
-                let s = value.as_str().ok_or_else(|| wrong(value))?;
-                let len = u32::try_from(s.len()).map_err(|_| wrong(value))?;
-                out.extend_from_slice(&len.to_le_bytes());
-                out.extend_from_slice(s.as_bytes());
-            }
-        }
-    }
-    Ok(out)
+    Ok(read.bytes.clone())
 }
 
 /// Splits length-prefixed `BYTES` data into its elements; `None` if the layout is broken.
@@ -215,7 +174,12 @@ pub fn to_json(datatype: DataType, data: &[u8]) -> Elements {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    /// `data` as `serde_json` alone reads it (not yet read as a datatype).
+    fn data(value: Value) -> Data {
+        serde_json::from_value(value).unwrap()
+    }
 
     fn spec(shape: &[i64]) -> TensorSpec {
         TensorSpec {
@@ -243,27 +207,27 @@ mod tests {
 
     #[test]
     fn nested_and_flat_data_give_the_same_bytes() {
-        let flat = from_json("x", DataType::Int16, 4, &json!([1, -2, 3, 4])).unwrap();
-        let nested = from_json("x", DataType::Int16, 4, &json!([[1, -2], [3, 4]])).unwrap();
+        let flat = from_json("x", DataType::Int16, 4, &data(json!([1, -2, 3, 4]))).unwrap();
+        let nested = from_json("x", DataType::Int16, 4, &data(json!([[1, -2], [3, 4]]))).unwrap();
         assert_eq!(flat, nested);
         assert_eq!(
             to_json(DataType::Int16, &flat),
             Elements::Signed(vec![1, -2, 3, 4])
         );
-        let fp32 = from_json("x", DataType::Fp32, 1, &json!([0.1])).unwrap();
+        let fp32 = from_json("x", DataType::Fp32, 1, &data(json!([0.1]))).unwrap();
         let text = serde_json::to_string(&to_json(DataType::Fp32, &fp32)).unwrap();
         assert_eq!(text, "[0.1]", "shortest f32 text");
     }
 
     #[test]
     fn values_must_fit_the_datatype_and_the_count() {
-        let err = from_json("x", DataType::Uint8, 1, &json!([300])).unwrap_err();
+        let err = from_json("x", DataType::Uint8, 1, &data(json!([300]))).unwrap_err();
         assert!(err.contains("300"), "{err}");
-        let err = from_json("x", DataType::Fp32, 1, &json!(["a"])).unwrap_err();
+        let err = from_json("x", DataType::Fp32, 1, &data(json!(["a"]))).unwrap_err();
         assert!(err.contains("FP32"), "{err}");
-        let err = from_json("x", DataType::Fp32, 3, &json!([1.0, 2.0])).unwrap_err();
+        let err = from_json("x", DataType::Fp32, 3, &data(json!([1.0, 2.0]))).unwrap_err();
         assert!(err.contains("2 elements"), "{err}");
-        assert!(from_json("x", DataType::Bool, 1, &json!([1])).is_err());
+        assert!(from_json("x", DataType::Bool, 1, &data(json!([1]))).is_err());
     }
 
     #[test]
@@ -276,11 +240,11 @@ mod tests {
             (DataType::Fp64, json!([0.1, 1e300])),
             (DataType::Bytes, json!(["ab", ""])),
         ];
-        for (datatype, data) in cases {
-            let bytes = from_json("x", datatype, 2, &data).unwrap();
+        for (datatype, value) in cases {
+            let bytes = from_json("x", datatype, 2, &data(value.clone())).unwrap();
             check_raw("x", datatype, 2, &bytes).unwrap();
             let back = serde_json::to_value(to_json(datatype, &bytes)).unwrap();
-            assert_eq!(back, data, "{datatype:?}");
+            assert_eq!(back, value, "{datatype:?}");
         }
     }
 

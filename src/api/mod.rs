@@ -22,7 +22,7 @@
 mod access;
 mod binary;
 mod body;
-mod codec;
+pub mod codec;
 pub mod dashboard;
 mod edge;
 mod error;

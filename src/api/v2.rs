@@ -8,7 +8,8 @@
 //! Only the protocol's vocabulary lives here; `codec.rs` converts between these bodies'
 //! data and the runtime's bytes, so it depends on this module and never the reverse.
 
-use serde::{Deserialize, Serialize};
+use actix_web::web::Bytes;
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
@@ -48,7 +49,45 @@ pub struct RequestInput {
     /// Elements in row-major order, flat or nested; absent for binary data.
     #[serde(default)]
     #[schema(value_type = Object)]
-    pub data: Option<Value>,
+    pub data: Option<Data>,
+}
+
+/// The `data` of a JSON input: its text as the request had it, and that text read as the
+/// input's datatype (`codec::parse_request` cuts the text out of the body and reads it in
+/// one pass, without building `Value`s; this module only names what it found).
+#[derive(Debug, Clone)]
+pub struct Data {
+    /// The JSON text of the value: arrays, flat or nested, or one scalar.
+    pub text: Bytes,
+    /// `text` read; `None` until `codec::parse_request` has read it.
+    pub read: Option<ReadData>,
+}
+
+/// What reading a `data` text as a datatype found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadData {
+    /// The datatype it was read as; `None` where the request named none the protocol
+    /// knows (the text was only checked and counted).
+    pub datatype: Option<DataType>,
+    /// Its scalars: what its shape must hold.
+    pub elements: usize,
+    /// The elements' little-endian bytes (`BYTES` length-prefixed), up to the first wrong one.
+    pub bytes: Vec<u8>,
+    /// The first value the datatype cannot take, as JSON text, if any.
+    pub wrong: Option<String>,
+}
+
+/// Read by `serde_json` as a whole (only where the body is not read by `parse_request`'s
+/// fast path): the value is kept as its text, read afterwards like any other.
+impl<'de> Deserialize<'de> for Data {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        let text = serde_json::to_vec(&value).map_err(serde::de::Error::custom)?;
+        Ok(Data {
+            text: text.into(),
+            read: None,
+        })
+    }
 }
 
 /// One output a request asks for.
