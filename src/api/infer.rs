@@ -108,7 +108,12 @@ pub(super) async fn run(
 ) -> Result<HttpResponse, ApiError> {
     let target = Target::find(state, model, version)?;
     let front = Front::new(state, &target, edge::arrival(request, &state.clock));
-    front.admit_before_reading()?;
+    if let Err(refused) = front.admit_before_reading() {
+        // Refused without reading or decoding it; a small body is taken off the
+        // connection so that it can carry the client's next request.
+        edge::discard(request, body).await;
+        return Err(refused);
+    }
     let body = front.read(body).await?;
     let headers = request.headers().clone();
     let small = body.len() <= edge::INLINE_DECODE_BYTES;
@@ -298,7 +303,10 @@ impl<'a> Front<'a> {
         let now = self.state.clock.now();
         let e = self.state.front.least(&self.key, now);
         let view = self.target.view().and_then(|m| self.state.admission.get(m));
-        let ahead = e.read + e.wait + e.decode;
+        // The decoders' backlog now, not only the best recent wait: a request behind a
+        // queue of bodies it cannot pass in time is refused before its body is read.
+        let wait = e.wait.max(self.state.decoders.least_wait());
+        let ahead = e.read + wait + e.decode;
         match judge(view.as_ref(), now, ahead, self.deadline) {
             Admission::Admit => Ok(()),
             Admission::Refuse { retry_after } => {
@@ -342,7 +350,8 @@ impl<'a> Front<'a> {
             let begun = clock.now();
             (begun, job(target.spec()))
         };
-        let (begun, decoded) = match state.decoders.run(slack, small, job).await {
+        let work = state.front.least(&self.key, started).decode;
+        let (begun, decoded) = match state.decoders.run(slack, small, work, job).await {
             Ok(done) => done,
             Err(PoolError::Crashed) => {
                 return Err(ApiError::InvalidBody("the decoder failed".into()))
