@@ -140,3 +140,49 @@ async fn a_small_refused_body_leaves_its_connection_open() {
     assert!(next.starts_with("http/1.1 200"), "{next}");
     server.stop().await;
 }
+
+/// The throttle before reading (`api/shed.rs`): when the requests the edge lets through
+/// are refused after their bodies were read (here every one, by a decode queue of zero),
+/// it refuses most of the next ones at once, before reading them.
+///
+/// Mutation that breaks it: `refused_after_reading` not called for the decoding stage in
+/// `Front::refuse` (the throttle then sees every request accepted and sheds none).
+#[actix_web::test]
+async fn requests_refused_after_reading_make_the_edge_shed_before_reading() {
+    let settings = ApiSettings {
+        decode_queue: 0,
+        ..ApiSettings::default()
+    };
+    let server = api_support::start(settings).await;
+    let body = api_support::mlp_request(1.0);
+    let mut stages = Vec::new();
+    for _ in 0..20 {
+        let (status, answer) = server.post_json("/v2/models/mlp/infer", &body).await;
+        assert_eq!(status, 503, "{answer}");
+        let message = answer["error"].as_str().unwrap_or_default().to_owned();
+        stages.push(if message.contains("throttled") {
+            "throttled"
+        } else {
+            "other"
+        });
+    }
+    let shed = stages.iter().filter(|s| **s == "throttled").count();
+    assert!(shed >= 10, "most shed once refusals were seen: {stages:?}");
+    assert_eq!(stages[0], "other", "the first is let through: {stages:?}");
+    // Shed without its body: ten megabytes announced, none sent.
+    let mut stream = connect(&server).await;
+    let head = "POST /v2/models/mlp/infer HTTP/1.1\r\nHost: test\r\n\
+                Content-Type: application/json\r\nContent-Length: 10485760\r\n\r\n";
+    stream.write_all(head.as_bytes()).await.expect("head");
+    let text = answer(&mut stream).await;
+    assert!(text.starts_with("http/1.1 503"), "{text}");
+    assert!(text.contains("throttled"), "{text}");
+    let metrics = String::from_utf8(server.get("/metrics").await.1).expect("text");
+    let throttled = metrics
+        .lines()
+        .filter(|l| l.starts_with("clockwork_edge_refusals") && l.contains("throttled"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>();
+    assert!(throttled >= shed as f64 + 1.0, "{metrics}");
+    server.stop().await;
+}

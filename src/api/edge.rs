@@ -25,6 +25,7 @@ use actix_web::http::header::CONTENT_LENGTH;
 use actix_web::{web, HttpMessage, HttpRequest};
 use tokio::sync::Semaphore;
 
+use super::shed::Throttle;
 use crate::model::ModelId;
 use crate::scheduler::Estimator;
 use crate::time::{Clock, Nanos};
@@ -117,11 +118,19 @@ pub enum Stage {
     Reading,
     /// Every decoder was busy past its slack, or too many requests were waiting.
     Decoding,
+    /// Before reading: more of the model's requests were being let through than the
+    /// server went on to accept (`shed::Throttle`).
+    Throttled,
 }
 
 impl Stage {
     /// Every stage, so a model's refusal series can start at zero.
-    pub const ALL: [Stage; 3] = [Stage::BeforeReading, Stage::Reading, Stage::Decoding];
+    pub const ALL: [Stage; 4] = [
+        Stage::BeforeReading,
+        Stage::Reading,
+        Stage::Decoding,
+        Stage::Throttled,
+    ];
 
     /// Its name as a metric label and in messages.
     pub fn as_str(self) -> &'static str {
@@ -129,6 +138,7 @@ impl Stage {
             Stage::BeforeReading => "before_reading",
             Stage::Reading => "reading",
             Stage::Decoding => "decoding",
+            Stage::Throttled => "throttled",
         }
     }
 }
@@ -157,6 +167,8 @@ const FORGET_AFTER: Nanos = 1_000_000_000;
 pub struct FrontTimes {
     /// By model or pipeline; grows as they are seen.
     models: Mutex<HashMap<FrontKey, Learned>>,
+    /// What the edge lets through before reading, against what is accepted after.
+    throttles: Mutex<HashMap<FrontKey, Throttle>>,
 }
 
 /// One model's (or pipeline's) phases, and when one was last measured.
@@ -187,6 +199,19 @@ impl FrontTimes {
         });
         learned.phases[phase as usize].observe(took);
         learned.at = learned.at.max(now);
+    }
+
+    /// Judges a request of `key` that the admission view let through, at `now`: `true`
+    /// to refuse it before reading (see `shed.rs`).
+    pub fn shed(&self, key: &FrontKey, now: Nanos) -> bool {
+        let mut throttles = self.throttles.lock().unwrap_or_else(|e| e.into_inner());
+        throttles.entry(key.clone()).or_default().shed(now)
+    }
+
+    /// A request of `key` let through before reading was refused after all, at `now`.
+    pub fn refused_after_reading(&self, key: &FrontKey, now: Nanos) {
+        let mut throttles = self.throttles.lock().unwrap_or_else(|e| e.into_inner());
+        throttles.entry(key.clone()).or_default().refused(now);
     }
 
     /// The best case of each phase in the window: what the pre-read check assumes, so that

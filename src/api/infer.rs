@@ -278,6 +278,10 @@ impl<'a> Front<'a> {
 
     fn refuse(&self, stage: Stage, retry_after: Nanos) -> ApiError {
         self.state.metrics.refused_at_edge(&self.key, stage);
+        if matches!(stage, Stage::Reading | Stage::Decoding) {
+            let now = self.state.clock.now();
+            self.state.front.refused_after_reading(&self.key, now);
+        }
         ApiError::Early {
             model: self.target.spec().name.clone(),
             stage,
@@ -308,6 +312,9 @@ impl<'a> Front<'a> {
         let wait = e.wait.max(self.state.decoders.least_wait());
         let ahead = e.read + wait + e.decode;
         match judge(view.as_ref(), now, ahead, self.deadline) {
+            Admission::Admit if self.state.front.shed(&self.key, now) => {
+                Err(self.refuse(Stage::Throttled, 0))
+            }
             Admission::Admit => Ok(()),
             Admission::Refuse { retry_after } => {
                 Err(self.refuse(Stage::BeforeReading, retry_after))
@@ -381,11 +388,17 @@ impl<'a> Front<'a> {
         let inputs = std::mem::take(&mut decoded.inputs);
         let (items, slo_asked) = (decoded.batched.items, decoded.slo);
         let answer = match self.target {
-            Target::Model(entry) => call(self.state, entry, inputs, items, slo_asked, edge).await?,
+            Target::Model(entry) => call(self.state, entry, inputs, items, slo_asked, edge).await,
             Target::Pipeline { served, .. } => {
-                super::pipelines::call(self.state, served, inputs, items, slo_asked, edge).await?
+                super::pipelines::call(self.state, served, inputs, items, slo_asked, edge).await
             }
         };
+        let answer = answer.inspect_err(|error| {
+            if error.kind().is_refusal() {
+                let now = self.state.clock.now();
+                self.state.front.refused_after_reading(&self.key, now);
+            }
+        })?;
         let (ended, exec) = (answer.ended, answer.exec);
         let response = encode(self.target.spec(), &decoded, answer);
         self.took(Phase::Respond, ended);
