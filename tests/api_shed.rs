@@ -156,7 +156,7 @@ async fn requests_refused_after_reading_make_the_edge_shed_before_reading() {
     let server = api_support::start(settings).await;
     let body = api_support::mlp_request(1.0);
     let mut stages = Vec::new();
-    for _ in 0..20 {
+    for _ in 0..100 {
         let (status, answer) = server.post_json("/v2/models/mlp/infer", &body).await;
         assert_eq!(status, 503, "{answer}");
         let message = answer["error"].as_str().unwrap_or_default().to_owned();
@@ -167,22 +167,33 @@ async fn requests_refused_after_reading_make_the_edge_shed_before_reading() {
         });
     }
     let shed = stages.iter().filter(|s| **s == "throttled").count();
-    assert!(shed >= 10, "most shed once refusals were seen: {stages:?}");
-    assert_eq!(stages[0], "other", "the first is let through: {stages:?}");
-    // Shed without its body: ten megabytes announced, none sent.
-    let mut stream = connect(&server).await;
+    assert!(shed > 0, "shed once refusals were seen: {stages:?}");
+    assert!(
+        stages[..20].iter().all(|s| *s == "other"),
+        "a low rate is let through (shed::FLOOR): {stages:?}"
+    );
+    // Shed without its body: ten megabytes announced, none sent (one let through instead
+    // waits for its body and is refused while reading; the next ones are shed).
     let head = "POST /v2/models/mlp/infer HTTP/1.1\r\nHost: test\r\n\
                 Content-Type: application/json\r\nContent-Length: 10485760\r\n\r\n";
-    stream.write_all(head.as_bytes()).await.expect("head");
-    let text = answer(&mut stream).await;
-    assert!(text.starts_with("http/1.1 503"), "{text}");
-    assert!(text.contains("throttled"), "{text}");
+    let mut throttled_raw = false;
+    for _ in 0..20 {
+        let mut stream = connect(&server).await;
+        stream.write_all(head.as_bytes()).await.expect("head");
+        let text = answer(&mut stream).await;
+        assert!(text.starts_with("http/1.1 503"), "{text}");
+        if text.contains("throttled") {
+            throttled_raw = true;
+            break;
+        }
+    }
+    assert!(throttled_raw, "a request shed without its body");
     let metrics = String::from_utf8(server.get("/metrics").await.1).expect("text");
     let throttled = metrics
         .lines()
         .filter(|l| l.starts_with("clockwork_edge_refusals") && l.contains("throttled"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>();
-    assert!(throttled >= shed as f64 + 1.0, "{metrics}");
+    assert!(throttled > shed as f64, "{metrics}");
     server.stop().await;
 }

@@ -1,6 +1,6 @@
 //! Adaptive shedding before reading: the edge lets through to reading and decoding at most
 //! about [`LET_THROUGH`] times the requests of a model that the server recently went on to
-//! accept, and refuses the rest at once, before their bodies are read.
+//! accept (plus a [`FLOOR`]), and refuses the rest at once, before their bodies are read.
 //!
 //! Why: the admission view (`scheduler::view::judge`) leans towards admitting, and under
 //! ten times capacity most requests it lets through were still refused after their bodies
@@ -20,8 +20,15 @@ use crate::time::Nanos;
 /// served, so that a model whose load grows is not held at its old rate.
 pub const LET_THROUGH: f64 = 2.0;
 
-/// One of the window's two halves; the window is the last one to two of them.
-pub const BUCKET: Nanos = 500_000_000;
+/// Requests counted as accepted in every window on top of those that were: a model with
+/// little traffic is never shed, and one whose requests were all refused (cold, or behind
+/// a burst) gets enough through to show it is accepting again; from there what gets
+/// through doubles each bucket (about three buckets from nothing to half its capacity).
+pub const FLOOR: f64 = 10.0;
+
+/// One of the window's two halves; the window is the last one to two of them. Short, so
+/// that the throttle follows a burst's end within a second.
+pub const BUCKET: Nanos = 250_000_000;
 
 /// Counts of one bucket.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -61,15 +68,15 @@ impl Throttle {
         self.index = index;
     }
 
-    /// The share of requests to refuse now: none while what was let through is at most
-    /// `LET_THROUGH` times what was accepted, else the excess over the requests judged.
+    /// The share of requests to refuse now: none while the requests judged are at most
+    /// `LET_THROUGH` times those accepted (plus `FLOOR`), else the excess over them.
     pub fn share(&mut self, now: Nanos) -> f64 {
         self.roll(now);
         let [a, b] = self.counts;
         let requests = (a.requests + b.requests) as f64;
         let through = a.through + b.through;
         let accepted = through.saturating_sub(a.refused + b.refused) as f64;
-        ((requests - LET_THROUGH * accepted) / (requests + 1.0)).clamp(0.0, 1.0)
+        ((requests - LET_THROUGH * (accepted + FLOOR)) / (requests + 1.0)).clamp(0.0, 1.0)
     }
 
     /// Judges one request at `now`: `true` to refuse it before reading. A request let
@@ -146,6 +153,22 @@ mod tests {
             }
         }
         assert!((150..=260).contains(&through), "{through} let through");
+    }
+
+    /// Mutation that breaks it: `FLOOR` set to 0 (of twenty refused requests, half are
+    /// shed).
+    #[test]
+    fn a_low_rate_is_never_shed_and_a_refused_model_recovers_in_a_few_buckets() {
+        let mut t = Throttle::default();
+        assert_eq!(offer(&mut t, 0, 20, true), 0, "twenty refused, none shed");
+        // A model all of whose requests were refused, then accepting all of 500 a bucket.
+        offer(&mut t, BUCKET, 1_000, true);
+        let through = |t: &mut Throttle, bucket: u64| 500 - offer(t, bucket * BUCKET, 500, false);
+        let first = through(&mut t, 2);
+        assert!(first >= 10, "the floor gets some through: {first}");
+        through(&mut t, 3);
+        through(&mut t, 4);
+        assert_eq!(through(&mut t, 5), 500, "all through by the fourth bucket");
     }
 
     /// Mutation that breaks it: the previous bucket kept when more than one has passed
