@@ -127,6 +127,10 @@ struct LoadgenCli {
     /// Client-side timeout of one request.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     timeout: Duration,
+    /// Requests outstanding at most (and connections open): an arrival beyond them is
+    /// not sent and counted `client_overflow`, never queued inside the client.
+    #[arg(long, default_value_t = 1024)]
+    max_in_flight: usize,
     /// Output directory of the report.
     #[arg(long, default_value = "loadgen-out")]
     out: PathBuf,
@@ -332,6 +336,7 @@ fn loadgen(cli: LoadgenCli) -> anyhow::Result<()> {
         clients: cli.clients,
         think: ms(cli.think_ms),
         timeout: cli.timeout,
+        max_in_flight: cli.max_in_flight,
         out: cli.out.clone(),
         progress: !cli.quiet,
         command: std::env::args().collect::<Vec<_>>().join(" "),

@@ -24,6 +24,7 @@ fn args(base: &str, models: &[&str], name: &str) -> LoadgenArgs {
         clients: 1,
         think: 0,
         timeout: Duration::from_secs(10),
+        max_in_flight: 1024,
         out: std::env::temp_dir().join(format!("clockwork-loadgen-{name}-{}", std::process::id())),
         progress: false,
         command: "test".into(),
@@ -77,4 +78,39 @@ async fn a_name_the_server_does_not_serve_is_refused_first() {
         .expect_err("nope is not served");
     assert!(matches!(&error, LoadgenError::NotReady(name, _) if name == "nope"));
     assert!(error.to_string().contains("ready: "), "{error}");
+}
+
+/// Mutation that breaks it: the bound check in `loadgen::one` removed (every arrival is
+/// sent, none counted `client_overflow`), or an overflowing arrival sent all the same (the
+/// server then counts more requests than were sent).
+#[actix_web::test]
+async fn arrivals_beyond_the_in_flight_bound_are_counted_and_never_sent() {
+    let server = api_support::start_default().await;
+    let mut bounded = args(&server.base, &["resnet"], "bounded");
+    // Many arrivals per timer tick, one request outstanding at most.
+    bounded.params.rate = 5_000.0;
+    bounded.params.duration = 200 * MS;
+    bounded.max_in_flight = 1;
+    let report = loadgen::run(bounded).await.expect("run");
+    let run = &report.policies[0];
+    let overflow = run.errors.get("client_overflow").copied().unwrap_or(0);
+    assert!(overflow > 0, "{run:?}");
+    let sent = run.offered - overflow;
+    let mut text = String::new();
+    for _ in 0..200 {
+        let (_, body) = server.get("/metrics").await;
+        text = String::from_utf8_lossy(&body).into_owned();
+        let answered = count(&text, "nv_inference_request_success", "resnet")
+            + count(&text, "nv_inference_request_failure", "resnet");
+        if answered >= sent {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(10)).await;
+    }
+    let answered = count(&text, "nv_inference_request_success", "resnet")
+        + count(&text, "nv_inference_request_failure", "resnet");
+    assert_eq!(
+        answered, sent,
+        "the server saw exactly the requests sent: {run:?}"
+    );
 }

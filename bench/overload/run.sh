@@ -83,6 +83,18 @@ touch "$work/stop"
 wait "$sampler_pid"
 sampler_pid=
 echo "burst: $(summary "$work/burst")"
+# Where the server refused: the edge's stages, and every model's answers by outcome.
+curl -s "$base/metrics" | python3 -c '
+import collections, json, re, sys
+stages, outcomes = collections.Counter(), collections.Counter()
+for line in sys.stdin:
+    m = re.match(r"clockwork_edge_refusals\{.*stage=\"(\w+)\".*\} (\S+)", line)
+    if m: stages[m[1]] += float(m[2])
+    m = re.match(r"clockwork_requests\{.*outcome=\"(\w+)\".*\} (\S+)", line)
+    if m: outcomes[m[1]] += float(m[2])
+print("server, since start: edge refusals by stage", json.dumps({k: int(v) for k, v in stages.items() if v}),
+      "answers by outcome", json.dumps({k: int(v) for k, v in outcomes.items() if v}))'
+
 echo "during the burst: $(cat "$work/sample.json")"
 
 # Normal load again, one second at a time: how soon it is served as before the burst.

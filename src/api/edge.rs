@@ -8,16 +8,24 @@
 //! can refuse before reading and the policy can finish early enough for the encoding.
 //! Decoding runs on a [`DecodePool`]: at most `threads` at once, at most `queue` waiting,
 //! and none waits past its deadline's slack.
+//!
+//! A request refused before its body is read is answered at once; [`discard`] first
+//! takes a small body already on its way, so that the connection can carry the client's
+//! next request (an unread body makes actix close it after the answer, and a client then
+//! pays a new connection for every refusal: at ten times capacity, that reconnecting was
+//! most of the front end's and the client's work).
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use actix_web::dev::{Service, ServiceRequest, ServiceResponse};
-use actix_web::{HttpMessage, HttpRequest};
+use actix_web::http::header::CONTENT_LENGTH;
+use actix_web::{web, HttpMessage, HttpRequest};
 use tokio::sync::Semaphore;
 
+use super::shed::Throttle;
 use crate::model::ModelId;
 use crate::scheduler::Estimator;
 use crate::time::{Clock, Nanos};
@@ -43,6 +51,32 @@ where
 pub fn arrival(request: &HttpRequest, clock: &Clock) -> Nanos {
     let stamped = request.extensions().get::<Arrival>().copied();
     stamped.map_or_else(|| clock.now(), |a| a.0)
+}
+
+/// A refused request's body is taken and dropped (keeping its connection open) only if
+/// it declares at most this many bytes: a few segments, already in the server's buffers
+/// when a client sends head and body together. A larger one is never read: the answer
+/// goes at once and the connection closes after it.
+pub const DISCARD_BYTES: u64 = 64 << 10;
+
+/// How long a refusal waits for such a small body before it is answered anyway (and its
+/// connection closed): a client that sent the head alone does not delay its refusal.
+pub const DISCARD_WAIT: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// After a refusal before reading: takes and drops the body if it declares at most
+/// [`DISCARD_BYTES`] and comes within [`DISCARD_WAIT`], so the connection stays open;
+/// else leaves it unread (the connection closes after the answer). Nothing is decoded.
+pub async fn discard(request: &HttpRequest, body: web::Payload) {
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let Some(length) = declared.filter(|&n| n > 0 && n <= DISCARD_BYTES) else {
+        return;
+    };
+    let read = body.to_bytes_limited(length as usize);
+    // Whatever happens (too slow, too long, broken), the refusal is answered next.
+    let _ = tokio::time::timeout(DISCARD_WAIT, read).await;
 }
 
 /// The front end's phases, each measured and learned per model.
@@ -84,11 +118,19 @@ pub enum Stage {
     Reading,
     /// Every decoder was busy past its slack, or too many requests were waiting.
     Decoding,
+    /// Before reading: more of the model's requests were being let through than the
+    /// server went on to accept (`shed::Throttle`).
+    Throttled,
 }
 
 impl Stage {
     /// Every stage, so a model's refusal series can start at zero.
-    pub const ALL: [Stage; 3] = [Stage::BeforeReading, Stage::Reading, Stage::Decoding];
+    pub const ALL: [Stage; 4] = [
+        Stage::BeforeReading,
+        Stage::Reading,
+        Stage::Decoding,
+        Stage::Throttled,
+    ];
 
     /// Its name as a metric label and in messages.
     pub fn as_str(self) -> &'static str {
@@ -96,6 +138,7 @@ impl Stage {
             Stage::BeforeReading => "before_reading",
             Stage::Reading => "reading",
             Stage::Decoding => "decoding",
+            Stage::Throttled => "throttled",
         }
     }
 }
@@ -124,6 +167,8 @@ const FORGET_AFTER: Nanos = 1_000_000_000;
 pub struct FrontTimes {
     /// By model or pipeline; grows as they are seen.
     models: Mutex<HashMap<FrontKey, Learned>>,
+    /// What the edge lets through before reading, against what is accepted after.
+    throttles: Mutex<HashMap<FrontKey, Throttle>>,
 }
 
 /// One model's (or pipeline's) phases, and when one was last measured.
@@ -154,6 +199,19 @@ impl FrontTimes {
         });
         learned.phases[phase as usize].observe(took);
         learned.at = learned.at.max(now);
+    }
+
+    /// Judges a request of `key` that the admission view let through, at `now`: `true`
+    /// to refuse it before reading (see `shed.rs`).
+    pub fn shed(&self, key: &FrontKey, now: Nanos) -> bool {
+        let mut throttles = self.throttles.lock().unwrap_or_else(|e| e.into_inner());
+        throttles.entry(key.clone()).or_default().shed(now)
+    }
+
+    /// A request of `key` let through before reading was refused after all, at `now`.
+    pub fn refused_after_reading(&self, key: &FrontKey, now: Nanos) {
+        let mut throttles = self.throttles.lock().unwrap_or_else(|e| e.into_inner());
+        throttles.entry(key.clone()).or_default().refused(now);
     }
 
     /// The best case of each phase in the window: what the pre-read check assumes, so that
@@ -216,6 +274,10 @@ pub struct DecodePool {
     permits: Arc<Semaphore>,
     waiting: AtomicUsize,
     queue: usize,
+    /// Decoders (the permits' number), to share the backlog among them.
+    threads: usize,
+    /// The least decoding time of the jobs waiting, summed ([`DecodePool::least_wait`]).
+    waiting_work: AtomicU64,
 }
 
 impl DecodePool {
@@ -224,24 +286,42 @@ impl DecodePool {
             permits: Arc::new(Semaphore::new(threads.max(1))),
             waiting: AtomicUsize::new(0),
             queue,
+            threads: threads.max(1),
+            waiting_work: AtomicU64::new(0),
         }
     }
 
+    /// The least time a request arriving now waits for a decoder: none while one is
+    /// free, else the least work of the jobs already waiting, shared among the decoders
+    /// (the ones running may be about to finish). A lower bound, so the check before
+    /// reading refuses only hopeless requests (issue 11: JSON requests queued here were
+    /// refused only after waiting out their slack, tens of ms, instead of before their
+    /// bodies were read).
+    pub fn least_wait(&self) -> Nanos {
+        if self.permits.available_permits() > 0 {
+            return 0;
+        }
+        self.waiting_work.load(Ordering::Acquire) / self.threads as Nanos
+    }
+
     /// Runs `job` once a decoder is free, unless none is free within `slack` (then the
-    /// request could not be decoded in time) or the queue is full. A `small` job runs on
+    /// request could not be decoded in time) or the queue is full; `work` is the least
+    /// time the job is expected to take, counted in [`DecodePool::least_wait`] while it waits. A `small` job runs on
     /// the calling HTTP worker while it holds its permit: a hop to a blocking thread costs
     /// more than decoding a few kilobytes, and the permit still bounds how many decode.
     pub async fn run<T: Send + 'static>(
         &self,
         slack: std::time::Duration,
         small: bool,
+        work: Nanos,
         job: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, PoolError> {
         let waiting = self.waiting.fetch_add(1, Ordering::AcqRel);
+        self.waiting_work.fetch_add(work, Ordering::AcqRel);
         // Counted out on drop too: a client that goes away while its request waits
         // cancels this future, and the count must not keep it (the queue would fill for
         // good).
-        let in_queue = InQueue(&self.waiting);
+        let in_queue = InQueue { pool: self, work };
         let permit = if waiting >= self.queue {
             Err(PoolError::Full(waiting))
         } else {
@@ -267,12 +347,18 @@ impl DecodePool {
     }
 }
 
-/// One request counted in a pool's queue, until dropped.
-struct InQueue<'a>(&'a AtomicUsize);
+/// One request counted in a pool's queue, with its least decoding time, until dropped.
+struct InQueue<'a> {
+    pool: &'a DecodePool,
+    work: Nanos,
+}
 
 impl Drop for InQueue<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.pool.waiting.fetch_sub(1, Ordering::AcqRel);
+        self.pool
+            .waiting_work
+            .fetch_sub(self.work, Ordering::AcqRel);
     }
 }
 
@@ -343,7 +429,7 @@ mod tests {
         let busy = {
             let pool = Arc::clone(&pool);
             actix_web::rt::spawn(async move {
-                pool.run(Duration::from_secs(5), false, move || {
+                pool.run(Duration::from_secs(5), false, 0, move || {
                     release.recv().is_ok()
                 })
                 .await
@@ -353,19 +439,45 @@ mod tests {
         while pool.permits.available_permits() > 0 {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        let waited = pool.run(Duration::from_millis(20), false, || ()).await;
+        let waited = pool.run(Duration::from_millis(20), false, 0, || ()).await;
         assert_eq!(waited, Err(PoolError::NoSlack));
         pool.waiting.store(1, Ordering::Release); // one waiter already: the queue is full
-        let full = pool.run(Duration::from_secs(5), false, || ()).await;
+        let full = pool.run(Duration::from_secs(5), false, 0, || ()).await;
         assert_eq!(full, Err(PoolError::Full(1)));
         pool.waiting.store(0, Ordering::Release);
         hold.send(()).expect("job waits");
         assert_eq!(busy.await.expect("joined"), Ok(true));
         assert_eq!(
-            pool.run(Duration::ZERO, true, || 5).await,
+            pool.run(Duration::ZERO, true, 0, || 5).await,
             Ok(5),
             "free again"
         );
+    }
+
+    /// Mutation that breaks it: `least_wait` answering 0 always (the check before
+    /// reading then ignores the decoders' backlog), or the waiting work not counted out
+    /// when a wait ends.
+    #[actix_web::test]
+    async fn the_least_wait_is_the_waiting_work_shared_among_the_decoders() {
+        let pool = DecodePool::new(2, 8);
+        let first = Arc::clone(&pool.permits).acquire_owned().await;
+        assert_eq!(pool.least_wait(), 0, "a decoder is free");
+        let second = Arc::clone(&pool.permits).acquire_owned().await;
+        assert_eq!(pool.least_wait(), 0, "busy, and nobody waits");
+        let waits = async {
+            let a = pool.run(Duration::from_millis(30), false, 6, || ());
+            let b = pool.run(Duration::from_millis(30), false, 4, || ());
+            futures_util::future::join(a, b).await
+        };
+        let look = async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            pool.least_wait()
+        };
+        let ((a, b), seen) = futures_util::future::join(waits, look).await;
+        assert_eq!(seen, 5, "(6 + 4) / 2 decoders");
+        assert_eq!((a, b), (Err(PoolError::NoSlack), Err(PoolError::NoSlack)));
+        assert_eq!(pool.least_wait(), 0, "counted out when the waits ended");
+        drop((first, second));
     }
 
     /// Mutation that breaks it: the count taken out after the wait only (as it was), so
@@ -377,12 +489,12 @@ mod tests {
             .acquire_owned()
             .await
             .expect("open");
-        let wait = pool.run(Duration::from_secs(5), false, || ());
+        let wait = pool.run(Duration::from_secs(5), false, 0, || ());
         // The client goes away while its request waits for a decoder.
         let cancelled = tokio::time::timeout(Duration::from_millis(10), wait).await;
         assert!(cancelled.is_err(), "still waiting when cancelled");
         assert_eq!(pool.waiting.load(Ordering::Acquire), 0);
         drop(held);
-        assert_eq!(pool.run(Duration::ZERO, true, || 7).await, Ok(7));
+        assert_eq!(pool.run(Duration::ZERO, true, 0, || 7).await, Ok(7));
     }
 }

@@ -113,7 +113,12 @@ pub(super) async fn run(
 ) -> Result<HttpResponse, ApiError> {
     let target = Target::find(state, model, version)?;
     let front = Front::new(state, &target, edge::arrival(request, &state.clock));
-    front.admit_before_reading()?;
+    if let Err(refused) = front.admit_before_reading() {
+        // Refused without reading or decoding it; a small body is taken off the
+        // connection so that it can carry the client's next request.
+        edge::discard(request, body).await;
+        return Err(refused);
+    }
     let body = front.read(body).await?;
     let headers = binary_header(request);
     let small = body.len() <= edge::INLINE_DECODE_BYTES;
@@ -300,6 +305,10 @@ impl<'a> Front<'a> {
 
     fn refuse(&self, stage: Stage, retry_after: Nanos) -> ApiError {
         self.state.metrics.refused_at_edge(&self.key, stage);
+        if matches!(stage, Stage::Reading | Stage::Decoding) {
+            let now = self.state.clock.now();
+            self.state.front.refused_after_reading(&self.key, now);
+        }
         ApiError::Early {
             model: self.target.spec().name.clone(),
             stage,
@@ -328,8 +337,14 @@ impl<'a> Front<'a> {
         let now = self.state.clock.now();
         let e = self.state.front.least(&self.key, now);
         let view = self.target.view().and_then(|m| self.state.admission.get(m));
-        let ahead = e.read + e.wait + e.decode;
+        // The decoders' backlog now, not only the best recent wait: a request behind a
+        // queue of bodies it cannot pass in time is refused before its body is read.
+        let wait = e.wait.max(self.state.decoders.least_wait());
+        let ahead = e.read + wait + e.decode;
         match judge(view.as_ref(), now, ahead, self.deadline) {
+            Admission::Admit if self.state.front.shed(&self.key, now) => {
+                Err(self.refuse(Stage::Throttled, 0))
+            }
             Admission::Admit => Ok(()),
             Admission::Refuse { retry_after } => {
                 Err(self.refuse(Stage::BeforeReading, retry_after))
@@ -372,7 +387,8 @@ impl<'a> Front<'a> {
             let begun = clock.now();
             (begun, job(target.spec()))
         };
-        let (begun, decoded) = match state.decoders.run(slack, small, job).await {
+        let work = state.front.least(&self.key, started).decode;
+        let (begun, decoded) = match state.decoders.run(slack, small, work, job).await {
             Ok(done) => done,
             Err(PoolError::Crashed) => {
                 return Err(ApiError::InvalidBody("the decoder failed".into()))
@@ -402,11 +418,17 @@ impl<'a> Front<'a> {
         let inputs = std::mem::take(&mut decoded.inputs);
         let (items, slo_asked) = (decoded.batched.items, decoded.slo);
         let answer = match self.target {
-            Target::Model(entry) => call(self.state, entry, inputs, items, slo_asked, edge).await?,
+            Target::Model(entry) => call(self.state, entry, inputs, items, slo_asked, edge).await,
             Target::Pipeline { served, .. } => {
-                super::pipelines::call(self.state, served, inputs, items, slo_asked, edge).await?
+                super::pipelines::call(self.state, served, inputs, items, slo_asked, edge).await
             }
         };
+        let answer = answer.inspect_err(|error| {
+            if error.kind().is_refusal() {
+                let now = self.state.clock.now();
+                self.state.front.refused_after_reading(&self.key, now);
+            }
+        })?;
         let (ended, exec) = (answer.ended, answer.exec);
         let response = encode(self.target.spec(), &decoded, answer);
         let done = self.took(Phase::Respond, ended);

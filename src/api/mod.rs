@@ -10,6 +10,7 @@
 //! | `models.rs` | the model table; metadata, readiness, Triton config |
 //! | `infer.rs` | the inference routes |
 //! | `edge.rs` | where a request's time starts, the front end's measured time, the decode pool |
+//! | `shed.rs` | adaptive shedding before reading: let through about twice what is accepted |
 //! | `v2.rs`, `codec.rs` | protocol bodies; tensor data to bytes and back |
 //! | `binary.rs` | Triton's binary tensor data extension |
 //! | `repository.rs` | Triton's model repository extension |
@@ -34,6 +35,7 @@ mod models;
 pub mod openapi;
 mod pipelines;
 mod repository;
+mod shed;
 mod v2;
 
 use std::collections::BTreeMap;

@@ -8,8 +8,9 @@
 
 use std::time::Duration;
 
+use awc::error::{ConnectError, SendRequestError};
 use awc::http::header::CONTENT_TYPE;
-use awc::Client;
+use awc::{Client, Connector};
 use serde_json::{json, Value};
 
 use actix_web::web::Bytes;
@@ -79,6 +80,43 @@ fn input_data(datatype: DataType, size: usize, rng: &mut StdRng) -> Vec<u8> {
 /// Label of an answer the client could not read at all (connection, timeout, body).
 pub const NO_ANSWER: &str = "http_error";
 
+/// Why the client got no answer it could read: counted apart from the server's
+/// refusals, since none of them is one (a client that cannot keep up with its own
+/// arrivals must not make the server look slow or look like it refused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoAnswer {
+    /// The request's client-side timeout passed before its answer came.
+    Timeout,
+    /// No connection could be made (refused, reset while connecting, out of ports).
+    Connect,
+    /// The arrival found `max_in_flight` requests outstanding: never sent, so that the
+    /// client's own queue does not stand in for the server's latency.
+    Overflow,
+    /// Anything else: the request could not be written or its answer read.
+    Other,
+}
+
+impl NoAnswer {
+    /// Its name in reports' `errors`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoAnswer::Timeout => "client_timeout",
+            NoAnswer::Connect => "connect_failed",
+            NoAnswer::Overflow => "client_overflow",
+            NoAnswer::Other => NO_ANSWER,
+        }
+    }
+
+    fn of(error: &SendRequestError) -> Self {
+        match error {
+            SendRequestError::Timeout => NoAnswer::Timeout,
+            SendRequestError::Connect(ConnectError::Timeout) => NoAnswer::Timeout,
+            SendRequestError::Connect(_) => NoAnswer::Connect,
+            _ => NoAnswer::Other,
+        }
+    }
+}
+
 /// How one request ended, as the client saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Sent {
@@ -86,8 +124,8 @@ pub enum Sent {
     Answered(Outcome),
     /// An error answer whose `error_type` this build does not know, named as received.
     UnknownKind(String),
-    /// No answer the client could read.
-    NoAnswer,
+    /// No answer the client could read, and why.
+    NoAnswer(NoAnswer),
 }
 
 impl From<Sent> for Answered {
@@ -97,7 +135,7 @@ impl From<Sent> for Answered {
             Sent::UnknownKind(kind) => {
                 Answered::Unrecognised(format!("unknown error_type '{kind}'"))
             }
-            Sent::NoAnswer => Answered::Unrecognised(NO_ANSWER.to_owned()),
+            Sent::NoAnswer(why) => Answered::Unrecognised(why.as_str().to_owned()),
         }
     }
 }
@@ -112,9 +150,15 @@ fn error_kind(answer: &Value) -> Sent {
     }
 }
 
-/// An HTTP client with a timeout suited to inference.
-pub fn client(timeout: Duration) -> Client {
-    Client::builder().timeout(timeout).finish()
+/// An HTTP client with a timeout suited to inference and up to `connections` open
+/// connections (awc's default of 100 made arrivals beyond it wait for one inside the
+/// client, and that wait was counted as the server's latency).
+pub fn client(timeout: Duration, connections: usize) -> Client {
+    let connector = Connector::new().limit(connections).timeout(timeout);
+    Client::builder()
+        .connector(connector)
+        .timeout(timeout)
+        .finish()
 }
 
 async fn get_json(client: &Client, url: &str, post: bool) -> Result<Value, ClientError> {
@@ -219,18 +263,20 @@ pub async fn prepare(
 /// Sends the `n`-th request of a prepared model, with `slo` as its objective if given.
 pub async fn send(client: &Client, request: &Prepared, slo: Option<Nanos>, n: u64) -> Sent {
     let (header_length, body) = request.body(slo, n);
+    let began = std::time::Instant::now();
     let sent = client
         .post(&request.url)
         .insert_header((CONTENT_TYPE, "application/octet-stream"))
         .insert_header((HEADER_LENGTH, header_length.to_string()))
         .send_body(body)
         .await;
-    let Ok(mut response) = sent else {
-        return Sent::NoAnswer;
+    let mut response = match sent {
+        Ok(response) => response,
+        Err(error) => return Sent::NoAnswer(NoAnswer::of(&error)),
     };
     let status = response.status();
     let Ok(body) = response.body().limit(64 << 20).await else {
-        return Sent::NoAnswer;
+        return Sent::NoAnswer(NoAnswer::Other);
     };
     let json_length = response
         .headers()
@@ -242,9 +288,21 @@ pub async fn send(client: &Client, request: &Prepared, slo: Option<Nanos>, n: u6
     if !status.is_success() {
         return error_kind(&answer);
     }
-    match answer["parameters"]["late"].as_bool() {
-        Some(true) => Sent::Answered(Outcome::Late),
-        _ => Sent::Answered(Outcome::Ok),
+    Sent::Answered(success(&answer, began.elapsed()))
+}
+
+/// A success's outcome as the client saw it: late if the server says so, or if it came
+/// after its objective (`slo_ms`, which the answer names) as timed here, from sending to
+/// the whole answer read: a request that waited in the network or in this client was
+/// still late for whoever sent it.
+fn success(answer: &Value, took: Duration) -> Outcome {
+    let parameters = &answer["parameters"];
+    let objective = parameters["slo_ms"].as_f64().map(|ms| ms / 1e3);
+    let late_here = objective.is_some_and(|slo| took.as_secs_f64() > slo);
+    match parameters["late"].as_bool() {
+        Some(true) => Outcome::Late,
+        _ if late_here => Outcome::Late,
+        _ => Outcome::Ok,
     }
 }
 
@@ -294,6 +352,26 @@ mod tests {
             "the same variant with its own header"
         );
         assert!(String::from_utf8_lossy(&with_slo[..length]).contains("slo_ms"));
+    }
+
+    /// Mutation that breaks it: `late_here` left out (a success the client waited 10 s
+    /// for counted in time, as the overload bench's did).
+    #[test]
+    fn a_success_is_late_if_it_came_after_its_objective_at_the_client() {
+        let answer = |late: bool| json!({"parameters": {"late": late, "slo_ms": 100.0}});
+        let ms = Duration::from_millis;
+        assert_eq!(success(&answer(false), ms(99)), Outcome::Ok);
+        assert_eq!(success(&answer(false), ms(101)), Outcome::Late);
+        assert_eq!(
+            success(&answer(true), ms(1)),
+            Outcome::Late,
+            "the server's word"
+        );
+        assert_eq!(
+            success(&json!({}), ms(5_000)),
+            Outcome::Ok,
+            "no objective named"
+        );
     }
 
     #[test]

@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 use actix_web::rt::task::JoinHandle;
 use indicatif::{ProgressBar, ProgressStyle};
 
-pub use client::{client, prepare, ready_models, send, ClientError, Prepared, Sent, NO_ANSWER};
+pub use client::{
+    client, prepare, ready_models, send, ClientError, NoAnswer, Prepared, Sent, NO_ANSWER,
+};
 
 use crate::report::{Recorder, Report};
 use crate::time::Nanos;
@@ -43,6 +45,10 @@ pub struct LoadgenArgs {
     pub think: Nanos,
     /// Client-side timeout of one request.
     pub timeout: Duration,
+    /// Requests outstanding at most (and connections open at most): an arrival beyond
+    /// them is counted `client_overflow` and not sent, so that an open-loop run measures
+    /// the server, not a queue inside this client.
+    pub max_in_flight: usize,
     /// Where report.json, report.md and the plots go.
     pub out: PathBuf,
     /// Shows a progress bar on stderr.
@@ -72,6 +78,8 @@ struct Tally {
     sent: u64,
     ok: u64,
     not_ok: u64,
+    /// Requests sent and not yet answered.
+    in_flight: usize,
 }
 
 type Shared = Rc<RefCell<Tally>>;
@@ -82,6 +90,7 @@ fn since(start: Instant) -> Nanos {
 
 fn record(tally: &Shared, arrival: Nanos, answered: Nanos, sent: Sent) {
     let mut t = tally.borrow_mut();
+    t.in_flight = t.in_flight.saturating_sub(1);
     match &sent {
         Sent::Answered(outcome) if outcome.is_success() => t.ok += 1,
         _ => t.not_ok += 1,
@@ -97,6 +106,8 @@ struct Sender {
     requests: Rc<Vec<Prepared>>,
     tally: Shared,
     start: Instant,
+    /// `LoadgenArgs::max_in_flight`.
+    max_in_flight: usize,
 }
 
 /// Sends one arrival and records its answer.
@@ -106,12 +117,18 @@ async fn one(sender: Sender, arrival: Arrival) {
         requests,
         tally,
         start,
+        max_in_flight,
     } = sender;
     let at = since(start);
     let n = {
         let mut t = tally.borrow_mut();
         t.sent += 1;
         t.recorder.offered(at);
+        t.in_flight += 1;
+        if t.in_flight > max_in_flight {
+            drop(t);
+            return record(&tally, at, at, Sent::NoAnswer(NoAnswer::Overflow));
+        }
         t.sent
     };
     let request = &requests[arrival.model as usize % requests.len()];
@@ -122,7 +139,7 @@ async fn one(sender: Sender, arrival: Arrival) {
 /// Runs the workload against the server and writes the report; must run inside an actix
 /// system (the HTTP client is actix's).
 pub async fn run(args: LoadgenArgs) -> Result<Report, LoadgenError> {
-    let http = Rc::new(client(args.timeout));
+    let http = Rc::new(client(args.timeout, args.max_in_flight));
     let base = args.url.trim_end_matches('/').to_owned();
     let ready = ready_models(&http, &base).await?;
     if ready.is_empty() {
@@ -152,8 +169,10 @@ pub async fn run(args: LoadgenArgs) -> Result<Report, LoadgenError> {
             sent: 0,
             ok: 0,
             not_ok: 0,
+            in_flight: 0,
         })),
         start: Instant::now(),
+        max_in_flight: args.max_in_flight.max(1),
     };
     let bar = progress(args.progress, duration);
     let tasks = if args.workload == WorkloadKind::Closed {
