@@ -26,6 +26,9 @@ pub struct Estimator {
     window: usize,
     /// Rank within the sorted window that is the estimate, as a fraction in `0..=1`.
     quantile: f64,
+    /// The estimate for the current window: read far more often than measurements come
+    /// (every planning step reads several), so it is kept rather than recomputed.
+    current: Nanos,
 }
 
 impl Estimator {
@@ -37,13 +40,19 @@ impl Estimator {
             seeded: true,
             window: window.max(1),
             quantile: (percentile / 100.0).clamp(0.0, 1.0),
+            current: seed,
         }
     }
 
     /// The current estimate.
     pub fn get(&self) -> Nanos {
+        self.current
+    }
+
+    /// The percentile of the window, after it changed.
+    fn update(&mut self) {
         let rank = (self.quantile * (self.sorted.len() - 1) as f64).ceil() as usize;
-        self.sorted[rank.min(self.sorted.len() - 1)]
+        self.current = self.sorted[rank.min(self.sorted.len() - 1)];
     }
 
     /// The smallest value in the window: a best case (the seed until the first measurement).
@@ -62,6 +71,7 @@ impl Estimator {
         self.sorted.clear();
         self.sorted.push(seed);
         self.seeded = true;
+        self.current = seed;
         true
     }
 
@@ -78,6 +88,7 @@ impl Estimator {
         self.recent.push_back(measured);
         let at = self.sorted.partition_point(|&v| v < measured);
         self.sorted.insert(at, measured);
+        self.update();
     }
 }
 

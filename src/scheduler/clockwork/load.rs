@@ -98,12 +98,17 @@ impl ClockworkPolicy {
     fn helps(&self, device: DeviceId, model: ModelId, rank: RankKey, start: Nanos) -> bool {
         let d = &self.devices[device.0 as usize];
         let m = &self.models[model.0 as usize];
-        if d.residents.contains_key(&model) || m.pages > d.capacity || !m.info.allowed_on(device) {
+        // Cheap tests before the residency lookup: on a full device every preload
+        // candidate fails the first (this runs for each candidate of each load pass).
+        if m.pages > d.capacity
+            || !m.info.allowed_on(device)
+            || (rank.0 == Want::Preload && m.pages > d.free_pages())
+            || d.residents.contains_key(&model)
+        {
             return false;
         }
         match rank.0 {
-            Want::Preload => m.pages <= d.free_pages(),
-            Want::Rate => true,
+            Want::Preload | Want::Rate => true,
             Want::Queued => {
                 // A load helps if a queued request can still use it, if requests were
                 // refused for want of it (objectives too tight to wait for any load), or
@@ -139,22 +144,42 @@ impl ClockworkPolicy {
         // Usually one victim makes room: find minima in place rather than collect and sort
         // the whole device (this runs often under load).
         while free < needed {
-            let (_, victim, pages) = d
-                .residents
-                .iter()
-                .filter(|(m, r)| r.ready && r.infers_in_flight == 0 && !victims.contains(*m))
-                .filter(|(&m, _)| !by_rate || self.surplus(m))
-                .filter_map(|(&m, r)| {
-                    // Eviction order: no queued demand first, then least recently used;
-                    // never a model with INFERs in flight or more demand than the newcomer.
-                    let demand = self.models[m.0 as usize].queue.demand();
-                    (demand < claim).then_some(((demand > 0, r.last_use, m), m, r.pages))
-                })
-                .min_by_key(|e| e.0)?;
+            let (victim, pages) = self.next_victim(device, claim, by_rate, &victims)?;
             free += pages;
             victims.push(victim);
         }
         Some(victims)
+    }
+
+    /// The first model to evict from `device` after `chosen`, and its pages. Eviction
+    /// order: no queued demand first, then least recently used; never a model with INFERs
+    /// in flight or at least `claim` demand, nor (`by_rate`) one without surplus replicas.
+    /// The costly surplus test is made only for a resident that would come first (under
+    /// overload, where loads by rate are many, it was most of the policy's time).
+    fn next_victim(
+        &self,
+        device: DeviceId,
+        claim: u64,
+        by_rate: bool,
+        chosen: &[ModelId],
+    ) -> Option<(ModelId, u32)> {
+        let d = &self.devices[device.0 as usize];
+        let mut best: Option<((bool, Nanos, ModelId), u32)> = None;
+        for (&m, r) in &d.residents {
+            if !r.ready || r.infers_in_flight > 0 || chosen.contains(&m) {
+                continue;
+            }
+            let demand = self.models[m.0 as usize].queue.demand();
+            let key = (demand > 0, r.last_use, m);
+            if demand >= claim || best.is_some_and(|(b, _)| b <= key) {
+                continue;
+            }
+            if by_rate && !self.surplus(m) {
+                continue;
+            }
+            best = Some((key, r.pages));
+        }
+        best.map(|((_, _, m), pages)| (m, pages))
     }
 
     /// Pages held by models with INFERs in flight (not evictable until they finish).

@@ -154,6 +154,9 @@ pub struct ClockworkPolicy {
     /// The latest `now` the policy was given: rates are read at it when a model is
     /// re-ranked outside a call that names the time.
     now: Nanos,
+    /// Scratch space for the order in which devices pick loads (`schedule_devices`), kept
+    /// between calls so that planning allocates nothing per event.
+    load_order: Vec<(Nanos, usize)>,
 }
 
 impl ClockworkPolicy {
@@ -170,6 +173,7 @@ impl ClockworkPolicy {
             queued: 0,
             suspects: 0,
             now: 0,
+            load_order: Vec::new(),
         }
     }
 

@@ -167,7 +167,7 @@ impl ClockworkPolicy {
         }
         // Cheap answers first (eviction asks this of every idle resident): no traffic in
         // the window needs no replica; traffic needs at least one.
-        if m.rate.count(self.now) == 0 {
+        if !m.rate.any(self.now) {
             return replicas > 0;
         }
         replicas > 1 && replicas > self.needed(model, self.now)

@@ -71,6 +71,14 @@ impl RateMeter {
         sum
     }
 
+    /// Whether any arrival is in the window that ends at `now`: the newest bucket holds
+    /// one once any was recorded, so this is whether it is still in the window (no sum:
+    /// eviction asks it of every idle resident, and [`Self::count`] walks the buckets that
+    /// left the window, up to all of them for a model with sparse traffic).
+    pub fn any(&self, now: Nanos) -> bool {
+        self.total > 0 && now / BUCKET < self.newest + BUCKETS as u64
+    }
+
     /// Mean arrivals per second over the window that ends at `now`: the count over the
     /// time its buckets span (the current bucket only as far as `now`, so a steady stream
     /// reads the same early and late in a bucket).

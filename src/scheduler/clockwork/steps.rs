@@ -67,21 +67,25 @@ impl ClockworkPolicy {
         if !self.load_ranking.is_empty() {
             // The least busy device picks first, so hot models spread over devices.
             let (lanes, horizon) = (self.params.lanes, now + self.params.schedule_ahead);
-            let mut order: Vec<(Nanos, usize)> = self
-                .devices
-                .iter()
-                .enumerate()
-                .filter(|(_, dev)| {
-                    !(suspects && dev.suspect)
-                        && now >= dev.load_retry_at
-                        && dev.load.free_at(now, dev.timing(lanes)) < horizon
-                })
-                .map(|(d, dev)| (dev.exec.free_at(now, dev.timing(lanes)), d))
-                .collect();
+            // The order is built in a kept buffer: this runs at every event.
+            let mut order = std::mem::take(&mut self.load_order);
+            order.clear();
+            order.extend(
+                self.devices
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, dev)| {
+                        !(suspects && dev.suspect)
+                            && now >= dev.load_retry_at
+                            && dev.load.free_at(now, dev.timing(lanes)) < horizon
+                    })
+                    .map(|(d, dev)| (dev.exec.free_at(now, dev.timing(lanes)), d)),
+            );
             order.sort_unstable();
-            for (_, d) in order {
+            for &(_, d) in &order {
                 self.schedule_load(DeviceId(d as u32), now, plan);
             }
+            self.load_order = order;
         }
     }
 
