@@ -32,12 +32,14 @@ impl ClockworkPolicy {
         self.models[request.model.0 as usize].rate.record(now);
         let model = &self.models[request.model.0 as usize];
         let p = &self.params;
-        // Keep a buffer for estimate error, but never plan past the objective itself.
+        // Keep a buffer for estimate error (learned per device, see `rewiden_buffer`), but
+        // never plan past the objective itself.
+        let buffer = self.buffer;
         let window = request
             .slo
-            .saturating_sub(p.buffer)
-            .max(request.slo.min(p.schedule_ahead + p.buffer));
-        let (deadline, latest) = bounds(request.arrival.saturating_add(window), request, p.buffer);
+            .saturating_sub(buffer)
+            .max(request.slo.min(p.schedule_ahead + buffer));
+        let (deadline, latest) = bounds(request.arrival.saturating_add(window), request, buffer);
         let items = request.items();
         let Some(alone) = cover(&model.batches, items) else {
             // More items than its largest batch: no plan can ever run it (the controller
