@@ -1,7 +1,10 @@
 //! The Clockwork policy's learned margins (`PolicyConfig::learn_margins`) in virtual time,
 //! on the in-memory testbed: devices with exact timing lose the configured lag and buffer
-//! (and serve more at a tight objective than with them), noisy devices learn a margin,
-//! and no answer is late either way.
+//! (and serve more at a tight objective than with them), noisy devices learn a margin and
+//! answer none late on a steady load; no answer is late on exact devices. (On noisy devices
+//! no margin learned from past overruns can promise that in general: the next run may
+//! overrun by more than any in the window, or the first 32 may all have been within their
+//! estimates.)
 
 use clockwork::config::PolicyConfig;
 use clockwork::model::{BatchLatency, DeviceId, ModelId, ModelProfile, RequestId};
@@ -177,13 +180,5 @@ proptest! {
         for m in margins {
             prop_assert!(m == (0, 0) || m == (MS, 5 * MS), "{:?}", m);
         }
-    }
-
-    /// Noisy devices: whatever margin they learn, nothing is late.
-    #[test]
-    fn noisy_devices_stay_on_time(load in load(), spread in 0.0f64..0.3) {
-        let (report, _) = run(&load, &PolicyConfig::default(), spread);
-        prop_assert!(report.violations.is_empty(), "{:?}", report.violations);
-        prop_assert_eq!(report.late, 0, "{:?}", report);
     }
 }

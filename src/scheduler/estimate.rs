@@ -109,9 +109,14 @@ impl Spread {
         }
     }
 
+    /// Whether enough samples are in for the percentile to replace the seed.
+    pub fn warm(&self) -> bool {
+        self.seen >= WARM_UP
+    }
+
     /// The learned percentile, or `seed` while too few samples are in.
     pub fn get(&self, seed: Nanos) -> Nanos {
-        if self.seen < WARM_UP {
+        if !self.warm() {
             seed
         } else {
             self.recent.get()
@@ -149,6 +154,12 @@ impl Margins {
         let took = run.end.saturating_sub(run.begin);
         let trip = now.saturating_sub(run.end);
         self.overrun.observe(took.saturating_sub(expected) + trip);
+    }
+
+    /// Whether the overrun margin is learned (the lag warms with it: both learn from the
+    /// same reports).
+    pub fn warm(&self) -> bool {
+        self.overrun.warm()
     }
 
     /// Expected delay before an action starts, `seed` until learned.

@@ -35,10 +35,12 @@ impl ClockworkPolicy {
         // Keep a buffer for estimate error (learned per device, see `rewiden_buffer`), but
         // never plan past the objective itself.
         let buffer = self.buffer;
-        let window = request
-            .slo
-            .saturating_sub(buffer)
-            .max(request.slo.min(p.schedule_ahead + buffer));
+        let floor = if self.learned {
+            0
+        } else {
+            request.slo.min(p.schedule_ahead + buffer)
+        };
+        let window = request.slo.saturating_sub(buffer).max(floor);
         let (deadline, latest) = bounds(request.arrival.saturating_add(window), request, buffer);
         let items = request.items();
         let Some(alone) = cover(&model.batches, items) else {

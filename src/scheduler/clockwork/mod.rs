@@ -166,6 +166,10 @@ pub struct ClockworkPolicy {
     /// devices still serving have learned (`buffer` until learned). A request is admitted
     /// before its device is chosen, so it gets the widest.
     buffer: Nanos,
+    /// Every live device has learned its buffer: objectives then lose it whatever their
+    /// size (with the configured one, an objective below `schedule_ahead + buffer` keeps
+    /// that much, or nothing tight could ever run and be measured).
+    learned: bool,
 }
 
 impl ClockworkPolicy {
@@ -183,6 +187,7 @@ impl ClockworkPolicy {
             suspects: 0,
             now: 0,
             buffer: nanos(config.buffer),
+            learned: false,
         }
     }
 
@@ -198,8 +203,9 @@ impl ClockworkPolicy {
     /// Takes the widest learned buffer again, after a device learned or left.
     fn rewiden_buffer(&mut self) {
         let seed = self.params.buffer;
-        let live = self.devices.iter().filter(|d| !d.gone);
-        self.buffer = live.map(|d| d.buffer(seed)).max().unwrap_or(seed);
+        let live = || self.devices.iter().filter(|d| !d.gone);
+        self.learned = live().all(|d| d.margins.warm()) && live().next().is_some();
+        self.buffer = live().map(|d| d.buffer(seed)).max().unwrap_or(seed);
     }
 
     /// The ablation: the same planning, but hopeless requests are served late instead of
