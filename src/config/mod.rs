@@ -280,8 +280,8 @@ pub struct PolicyConfig {
     pub estimate_max_age: Duration,
     /// Expected delay between the controller sending an action and an executor seeing it:
     /// the starting point of each device's learned lag (with `learn_margins`, replaced
-    /// after a device's first `WARM_UP` (32) INFER reports by a high percentile of the lag
-    /// it measured; a remote worker's measured trip stays a floor under it).
+    /// after a device's first `WARM_UP` (32) INFER reports by the 90th percentile of the
+    /// lag it measured, `LAG_PERCENTILE`; a remote worker's measured trip stays a floor).
     #[serde(with = "humantime_serde")]
     pub expected_lag: Duration,
     /// Work overdue by more than this is assumed to have started this long ago.
@@ -300,7 +300,8 @@ pub struct PolicyConfig {
     pub learn_margins: bool,
     /// Reports per device that the learned lag and overrun margin are taken over.
     pub margin_window: usize,
-    /// Percentile of that window used as the margin (100: the largest seen).
+    /// Percentile of that window used as the overrun margin (100: the largest seen); the
+    /// lag takes the lower of this and `estimate::LAG_PERCENTILE` (90).
     pub margin_percentile: f64,
     /// Horizon over which a queued request's demand for a device is counted when deciding
     /// which model to load: a request needs its batch-1 time within this much device time.

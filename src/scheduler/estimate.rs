@@ -129,6 +129,12 @@ impl Spread {
     }
 }
 
+/// Percentile of the lag that planning expects. Not the largest: a late start is caught
+/// by the action's `latest` (the executor refuses it and the policy plans again), while a
+/// lag expected too long delays every plan on the device, and one spike of a busy host
+/// (tens of milliseconds) would do so for a whole window.
+pub const LAG_PERCENTILE: f64 = 90.0;
+
 /// What one device's reports taught about its timing (see the module doc).
 #[derive(Clone, Debug)]
 pub struct Margins {
@@ -142,7 +148,7 @@ pub struct Margins {
 impl Margins {
     pub fn new(window: usize, percentile: f64) -> Self {
         Self {
-            lag: Spread::new(window, percentile),
+            lag: Spread::new(window, LAG_PERCENTILE.min(percentile)),
             overrun: Spread::new(window, percentile),
         }
     }
