@@ -278,16 +278,31 @@ pub struct PolicyConfig {
     /// would refuse that model forever (nothing runs, so nothing is measured again).
     #[serde(with = "humantime_serde")]
     pub estimate_max_age: Duration,
-    /// Expected delay between the controller sending an action and an executor seeing it.
+    /// Expected delay between the controller sending an action and an executor seeing it:
+    /// the starting point of each device's learned lag (with `learn_margins`, replaced
+    /// after a device's first `WARM_UP` (32) INFER reports by the 90th percentile of the
+    /// lag it measured, `LAG_PERCENTILE`; a remote worker's measured trip stays a floor).
     #[serde(with = "humantime_serde")]
     pub expected_lag: Duration,
     /// Work overdue by more than this is assumed to have started this long ago.
     #[serde(with = "humantime_serde")]
     pub lag_allowance: Duration,
-    /// Safety margin taken off every deadline so that an action started at its `latest`
-    /// still finishes in time; keep it at least `schedule_ahead`.
+    /// Safety margin taken off every deadline for runs that take longer than their
+    /// estimate: the starting point of the learned one (with `learn_margins`, each
+    /// device's is replaced after its first 32 INFER reports by a high percentile of how
+    /// much later than planned its answers were known: overrun plus the report's trip;
+    /// the widest over the devices is taken off).
     #[serde(with = "humantime_serde")]
     pub buffer: Duration,
+    /// Learn each device's lag and overrun margin from its reports (`expected_lag` and
+    /// `buffer` are then starting points); off, they stay the fixed constants of the
+    /// Clockwork paper, which hold back devices with exact timing at tight objectives.
+    pub learn_margins: bool,
+    /// Reports per device that the learned lag and overrun margin are taken over.
+    pub margin_window: usize,
+    /// Percentile of that window used as the overrun margin (100: the largest seen); the
+    /// lag takes the lower of this and `estimate::LAG_PERCENTILE` (90).
+    pub margin_percentile: f64,
     /// Horizon over which a queued request's demand for a device is counted when deciding
     /// which model to load: a request needs its batch-1 time within this much device time.
     #[serde(with = "humantime_serde")]
@@ -315,6 +330,9 @@ impl Default for PolicyConfig {
             expected_lag: ms(1),
             lag_allowance: ms(10),
             buffer: ms(5),
+            learn_margins: true,
+            margin_window: 256,
+            margin_percentile: 100.0,
             load_budget: ms(25),
             max_batch: 16,
             max_exec_time: ms(250),
@@ -360,6 +378,12 @@ impl Config {
         }
         if !(0.0..=100.0).contains(&p.estimate_percentile) {
             return invalid("policy.estimate_percentile must be within 0..=100");
+        }
+        if p.margin_window == 0 {
+            return invalid("policy.margin_window must be at least 1");
+        }
+        if !(0.0..=100.0).contains(&p.margin_percentile) {
+            return invalid("policy.margin_percentile must be within 0..=100");
         }
         if p.max_batch == 0 {
             return invalid("policy.max_batch must be at least 1");

@@ -2,12 +2,16 @@
 //! and the timeline of its two lanes.
 //!
 //! The mirror is updated when an action is *planned*, not when it is done, so the policy
-//! never plans two things into the same pages or the same slice of time.
+//! never plans two things into the same pages or the same slice of time. Reports of INFERs
+//! teach the device's [`Margins`]: its lag and how far runs overrun their estimates, which
+//! replace the configured `expected_lag` and `buffer` once learned.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+use super::estimate::Margins;
 use super::ids::IdMap;
+use super::Measured;
 
 use crate::model::{ActionId, ModelId};
 use crate::time::Nanos;
@@ -15,28 +19,51 @@ use crate::time::Nanos;
 /// Timing constants the lanes need.
 #[derive(Clone, Copy, Debug)]
 pub struct LaneTiming {
-    /// Delay before an executor sees an action.
+    /// Delay before an executor sees an action (the configured starting point until a
+    /// device has learned its own, see [`DeviceMirror::timing`]).
     pub expected_lag: Nanos,
     /// Work overdue by more than this is assumed to have started this long ago.
     pub lag_allowance: Nanos,
 }
 
+/// An action sent on a lane and not yet reported.
+#[derive(Debug)]
+struct Pending {
+    id: ActionId,
+    /// The duration it was planned with.
+    expected: Nanos,
+    /// When it was sent: it could not start before.
+    sent: Nanos,
+}
+
+/// What a reported action had been planned with, for learning the device's margins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Planned {
+    /// When it could have started at the soonest: sent, and the lane's previous action
+    /// reported done.
+    pub could_start: Nanos,
+    /// The duration it was planned with.
+    pub expected: Nanos,
+}
+
 /// Planned work of one lane, in the order the executor will run it.
 #[derive(Debug, Default)]
 pub struct Lane {
-    /// Sent and unreported actions with the duration they were planned with.
-    pending: VecDeque<(ActionId, Nanos)>,
+    /// Sent and unreported actions, in order.
+    pending: VecDeque<Pending>,
     /// When the head of `pending` started (or is expected to).
     head_start: Nanos,
     /// Sum of the planned durations in `pending`.
     planned: Nanos,
+    /// When the last reported action ended: the next could not start before.
+    last_end: Nanos,
 }
 
 impl Lane {
     /// Predicted time this lane runs out of work.
     pub fn free_at(&self, now: Nanos, timing: LaneTiming) -> Nanos {
         let soonest = now + timing.expected_lag;
-        let Some(&(_, head)) = self.pending.front() else {
+        let Some(head) = self.pending.front().map(|p| p.expected) else {
             return soonest.max(self.head_start);
         };
         let mut start = self.head_start;
@@ -47,26 +74,31 @@ impl Lane {
         (start + self.planned).max(soonest)
     }
 
-    /// Appends an action planned to start at `start` (used if the lane was idle).
-    pub fn push(&mut self, id: ActionId, expected: Nanos, start: Nanos) {
+    /// Appends an action sent at `sent` and planned to start at `start` (used if the lane
+    /// was idle).
+    pub fn push(&mut self, id: ActionId, expected: Nanos, start: Nanos, sent: Nanos) {
         if self.pending.is_empty() {
             self.head_start = start;
         }
-        self.pending.push_back((id, expected));
+        self.pending.push_back(Pending { id, expected, sent });
         self.planned += expected;
     }
 
-    /// Forgets a reported action; the next one is assumed to start at `end`.
-    pub fn complete(&mut self, id: ActionId, end: Nanos) {
-        let Some(at) = self.pending.iter().position(|&(a, _)| a == id) else {
-            return;
-        };
-        if let Some((_, expected)) = self.pending.remove(at) {
-            self.planned -= expected;
-        }
+    /// Forgets a reported action; the next one is assumed to start at `end`. Answers
+    /// what it was planned with (`None`: not pending here).
+    pub fn complete(&mut self, id: ActionId, end: Nanos) -> Option<Planned> {
+        let at = self.pending.iter().position(|p| p.id == id)?;
+        let done = self.pending.remove(at)?;
+        self.planned -= done.expected;
         if at == 0 {
             self.head_start = end;
         }
+        let could_start = done.sent.max(self.last_end);
+        self.last_end = self.last_end.max(end);
+        Some(Planned {
+            could_start,
+            expected: done.expected,
+        })
     }
 }
 
@@ -113,12 +145,14 @@ pub struct DeviceMirror {
     /// Taken out for good (its worker was lost): suspect forever, no memory.
     pub gone: bool,
     /// Its own delay before its executor sees an action (a remote worker's one-way trip,
-    /// `Policy::set_lag`), if longer than the configured `expected_lag`.
+    /// `Policy::set_lag`): a floor under the lag it learns.
     pub lag: Nanos,
+    /// Its lag and overruns as its INFER reports show them.
+    pub margins: Margins,
 }
 
 impl DeviceMirror {
-    pub fn new(kind: usize, capacity: u32) -> Self {
+    pub fn new(kind: usize, capacity: u32, margins: Margins) -> Self {
         Self {
             kind,
             capacity,
@@ -132,14 +166,40 @@ impl DeviceMirror {
             suspect: false,
             gone: false,
             lag: 0,
+            margins,
         }
     }
 
-    /// The lanes' timing on this device: the configured one, with its own lag if longer.
+    /// The lanes' timing on this device: its learned lag (the configured one until
+    /// learned), never below the lag it was told (`Policy::set_lag`).
     pub fn timing(&self, base: LaneTiming) -> LaneTiming {
         LaneTiming {
-            expected_lag: base.expected_lag.max(self.lag),
+            expected_lag: self.margins.lag(base.expected_lag).max(self.lag),
             ..base
+        }
+    }
+
+    /// Margin for runs that overrun their estimates on this device: learned, or `seed`
+    /// (the configured `buffer`) until then.
+    pub fn buffer(&self, seed: Nanos) -> Nanos {
+        self.margins.overrun(seed)
+    }
+
+    /// Applies the report of an action on its exec lane (`exec`) or load lane: the lane
+    /// forgets it, and, with `learn`, a measured INFER teaches the margins. (LOADs fetch
+    /// weights and are not what the margins protect: INFERs' deadlines.)
+    pub fn reported(
+        &mut self,
+        (id, exec): (ActionId, bool),
+        measured: Option<&Measured>,
+        now: Nanos,
+        learn: bool,
+    ) {
+        let end = measured.map_or(now, |m| m.end);
+        let lane = if exec { &mut self.exec } else { &mut self.load };
+        let planned = lane.complete(id, end);
+        if let (true, true, Some(p), Some(m)) = (learn, exec, planned, measured) {
+            self.margins.learn((p.could_start, p.expected), m, now);
         }
     }
 
@@ -192,10 +252,18 @@ mod tests {
     #[test]
     fn planned_work_pushes_free_time() {
         let mut lane = Lane::default();
-        lane.push(ActionId(1), 50, 101);
-        lane.push(ActionId(2), 30, 151);
+        lane.push(ActionId(1), 50, 101, 100);
+        lane.push(ActionId(2), 30, 151, 100);
         assert_eq!(lane.free_at(100, T), 181);
-        lane.complete(ActionId(1), 140);
+        let planned = lane.complete(ActionId(1), 140);
+        let (could_start, expected) = (100, 50);
+        assert_eq!(
+            planned,
+            Some(Planned {
+                could_start,
+                expected
+            })
+        );
         assert_eq!(
             lane.free_at(140, T),
             170,
@@ -206,13 +274,53 @@ mod tests {
     #[test]
     fn overdue_work_is_assumed_started_lag_ago() {
         let mut lane = Lane::default();
-        lane.push(ActionId(1), 50, 0);
+        lane.push(ActionId(1), 50, 0, 0);
         assert_eq!(lane.free_at(200, T), 240);
     }
 
     #[test]
+    fn an_action_could_start_once_sent_and_its_lane_free() {
+        let mut lane = Lane::default();
+        lane.push(ActionId(1), 50, 0, 0);
+        lane.push(ActionId(2), 50, 50, 10);
+        lane.push(ActionId(3), 50, 100, 200);
+        let could = |p: Option<Planned>| p.map(|p| p.could_start);
+        assert_eq!(could(lane.complete(ActionId(1), 60)), Some(0));
+        assert_eq!(could(lane.complete(ActionId(2), 120)), Some(60), "behind 1");
+        assert_eq!(
+            could(lane.complete(ActionId(3), 260)),
+            Some(200),
+            "sent later"
+        );
+        assert_eq!(lane.complete(ActionId(3), 260), None, "reported once");
+    }
+
+    #[test]
+    fn learned_lag_replaces_the_configured_one_but_not_the_told_one() {
+        let mut device = DeviceMirror::new(0, 10, Margins::new(64, 100.0));
+        assert_eq!(
+            device.timing(T).expected_lag,
+            1,
+            "the configured one to begin"
+        );
+        for i in 0..100 {
+            let id = ActionId(i);
+            device.exec.push(id, 5, 1000 * i, 1000 * i);
+            let measured = Measured {
+                begin: 1000 * i,
+                end: 1000 * i + 5,
+                duration: 5,
+            };
+            device.reported((id, true), Some(&measured), 1000 * i + 5, true);
+        }
+        assert_eq!((device.timing(T).expected_lag, device.buffer(7)), (0, 0));
+        device.lag = 4;
+        assert_eq!(device.timing(T).expected_lag, 4, "a remote worker's trip");
+    }
+
+    #[test]
     fn memory_accounting() {
-        let mut device = DeviceMirror::new(0, 10);
+        let mut device = DeviceMirror::new(0, 10, Margins::new(8, 99.0));
         device.reserve(ModelId(3), 7, 0);
         assert_eq!(device.free_pages(), 3);
         assert!(!device.is_ready(ModelId(3)));

@@ -8,9 +8,16 @@
 //! measured for a while back to their seeds ([`Estimator::reseed`]). Without that, a burst
 //! of slow runs (a busy host) can raise an estimate past every objective; then every
 //! request is refused, nothing runs, and nothing is ever measured to bring it down.
+//!
+//! [`Margins`] learns, per device, how far reality strays from the plan: how long an action
+//! waits after it could start (the dispatch lag), and how much later than planned its
+//! answers are known (the run's overrun of the estimate it was planned with, plus the trip
+//! of its report back). The policy plans with these instead of fixed constants, so that a
+//! device with exact timing is planned up to its limit while a noisy one keeps a margin.
 
 use std::collections::VecDeque;
 
+use crate::protocol::Measured;
 use crate::time::Nanos;
 
 /// Sliding-window percentile of measured durations.
@@ -92,9 +99,148 @@ impl Estimator {
     }
 }
 
+/// Samples a [`Spread`] needs before its percentile replaces the configured starting
+/// point: a few lucky runs must not strip a device of its margin.
+pub const WARM_UP: usize = 32;
+
+/// A high percentile of recent non-negative deviations (lags, overruns), answering a
+/// caller's starting point until [`WARM_UP`] samples have been seen.
+#[derive(Clone, Debug)]
+pub struct Spread {
+    recent: Estimator,
+    /// Samples seen, up to `WARM_UP` (no need to count further).
+    seen: usize,
+}
+
+impl Spread {
+    pub fn new(window: usize, percentile: f64) -> Self {
+        Self {
+            recent: Estimator::new(0, window, percentile),
+            seen: 0,
+        }
+    }
+
+    /// Whether enough samples are in for the percentile to replace the seed.
+    pub fn warm(&self) -> bool {
+        self.seen >= WARM_UP
+    }
+
+    /// The learned percentile, or `seed` while too few samples are in.
+    pub fn get(&self, seed: Nanos) -> Nanos {
+        if !self.warm() {
+            seed
+        } else {
+            self.recent.get()
+        }
+    }
+
+    pub fn observe(&mut self, sample: Nanos) {
+        self.recent.observe(sample);
+        self.seen = (self.seen + 1).min(WARM_UP);
+    }
+}
+
+/// Percentile of the lag that planning expects. Not the largest: a late start is caught
+/// by the action's `latest` (the executor refuses it and the policy plans again), while a
+/// lag expected too long delays every plan on the device, and one spike of a busy host
+/// (tens of milliseconds) would do so for a whole window.
+pub const LAG_PERCENTILE: f64 = 90.0;
+
+/// What one device's reports taught about its timing (see the module doc).
+#[derive(Clone, Debug)]
+pub struct Margins {
+    /// From the moment an action could start (sent, and its lane free) to its start.
+    lag: Spread,
+    /// Measured run time over the estimate it was planned with (0 when within it), plus
+    /// the time its report took to come back.
+    overrun: Spread,
+}
+
+impl Margins {
+    pub fn new(window: usize, percentile: f64) -> Self {
+        Self {
+            lag: Spread::new(window, LAG_PERCENTILE.min(percentile)),
+            overrun: Spread::new(window, percentile),
+        }
+    }
+
+    /// Learns from one run reported at `now`: `could_start` is when it was sent or its
+    /// lane came free, whichever was later; `expected` the duration it was planned with.
+    pub fn learn(&mut self, (could_start, expected): (Nanos, Nanos), run: &Measured, now: Nanos) {
+        self.lag.observe(run.begin.saturating_sub(could_start));
+        let took = run.end.saturating_sub(run.begin);
+        let trip = now.saturating_sub(run.end);
+        self.overrun.observe(took.saturating_sub(expected) + trip);
+    }
+
+    /// Whether the overrun margin is learned (the lag warms with it: both learn from the
+    /// same reports).
+    pub fn warm(&self) -> bool {
+        self.overrun.warm()
+    }
+
+    /// Expected delay before an action starts, `seed` until learned.
+    pub fn lag(&self, seed: Nanos) -> Nanos {
+        self.lag.get(seed)
+    }
+
+    /// Margin to keep before a deadline for runs longer than planned, `seed` until learned.
+    pub fn overrun(&self, seed: Nanos) -> Nanos {
+        self.overrun.get(seed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn margins_answer_the_seed_until_warm() {
+        let mut m = Margins::new(64, 100.0);
+        let run = |begin, end| Measured {
+            begin,
+            end,
+            duration: end - begin,
+        };
+        for i in 0..WARM_UP as u64 - 1 {
+            m.learn((i * 100, 10), &run(i * 100, i * 100 + 10), i * 100 + 10);
+        }
+        assert_eq!((m.lag(7), m.overrun(9)), (7, 9), "one sample short of warm");
+        m.learn((0, 10), &run(0, 10), 10);
+        assert_eq!((m.lag(7), m.overrun(9)), (0, 0), "exact: no margin at all");
+    }
+
+    #[test]
+    fn margins_follow_lag_and_overrun() {
+        let mut m = Margins::new(64, 100.0);
+        let run = |begin, end| Measured {
+            begin,
+            end,
+            duration: end - begin,
+        };
+        for i in 0..100 {
+            // Starts 3 after it could; runs 2 over its estimate every tenth time; its
+            // report takes 1 every seventh time.
+            let over = if i % 10 == 0 { 2 } else { 0 };
+            let trip = u64::from(i % 7 == 0);
+            let (begin, end) = (1000 * i + 3, 1000 * i + 3 + 50 + over);
+            m.learn((1000 * i, 50), &run(begin, end), end + trip);
+        }
+        assert_eq!(
+            (m.lag(0), m.overrun(0)),
+            (3, 3),
+            "i = 0: over by 2, reported 1 late"
+        );
+        for i in 100..200 {
+            let (begin, end) = (1000 * i, 1000 * i + 40);
+            m.learn((1000 * i, 50), &run(begin, end), end);
+        }
+        assert_eq!(
+            (m.lag(0), m.overrun(0)),
+            (0, 0),
+            "a spell of exact runs pushes the old ones out of the window"
+        );
+    }
 
     #[test]
     fn reseeding_forgets_measurements() {

@@ -133,6 +133,8 @@ pub struct Testbed<P> {
     truth: Vec<(u32, ModelProfile)>,
     /// Multiplier of true durations over the profiles.
     factor: f64,
+    /// Relative spread of each action's duration around that (a noisy device).
+    spread: f64,
     max_batch: usize,
     events: BinaryHeap<Reverse<(Nanos, u64, Event)>>,
     seq: u64,
@@ -173,6 +175,7 @@ impl<P: Policy> Testbed<P> {
             devices,
             truth: models,
             factor: 1.0,
+            spread: 0.0,
             max_batch,
             events: BinaryHeap::new(),
             seq: 0,
@@ -187,6 +190,13 @@ impl<P: Policy> Testbed<P> {
     /// Makes every action take `factor` times its profiled duration.
     pub fn with_factor(mut self, factor: f64) -> Self {
         self.factor = factor;
+        self
+    }
+
+    /// Makes every action take up to `spread` times its duration more or less, at random
+    /// but the same for the same action id: a noisy device, still reproducible.
+    pub fn with_spread(mut self, spread: f64) -> Self {
+        self.spread = spread;
         self
     }
 
@@ -428,7 +438,7 @@ impl<P: Policy> Testbed<P> {
     fn begin(&mut self, device: usize, lane: Lane, action: Action) {
         let model = action.model.0 as usize;
         let (pages, profile) = &self.truth[model];
-        let factor = self.factor;
+        let factor = self.factor * (1.0 + self.spread * unit_noise(action.id.0));
         let scaled = |t: Nanos| (t as f64 * factor).round() as Nanos;
         let duration = match &action.kind {
             ActionKind::Load => {
@@ -486,4 +496,13 @@ impl<P: Policy> Testbed<P> {
         self.report.batched_items += items;
         latency.unwrap_or(0)
     }
+}
+
+/// A number in [-1, 1) drawn from `key` (splitmix64's finaliser), for reproducible noise.
+fn unit_noise(key: u64) -> f64 {
+    let mut z = key.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 52) as f64 - 1.0
 }

@@ -32,12 +32,16 @@ impl ClockworkPolicy {
         self.models[request.model.0 as usize].rate.record(now);
         let model = &self.models[request.model.0 as usize];
         let p = &self.params;
-        // Keep a buffer for estimate error, but never plan past the objective itself.
-        let window = request
-            .slo
-            .saturating_sub(p.buffer)
-            .max(request.slo.min(p.schedule_ahead + p.buffer));
-        let (deadline, latest) = bounds(request.arrival.saturating_add(window), request, p.buffer);
+        // Keep a buffer for estimate error (learned per device, see `rewiden_buffer`), but
+        // never plan past the objective itself.
+        let buffer = self.buffer;
+        let floor = if self.learned {
+            0
+        } else {
+            request.slo.min(p.schedule_ahead + buffer)
+        };
+        let window = request.slo.saturating_sub(buffer).max(floor);
+        let (deadline, latest) = bounds(request.arrival.saturating_add(window), request, buffer);
         let items = request.items();
         let Some(alone) = cover(&model.batches, items) else {
             // More items than its largest batch: no plan can ever run it (the controller

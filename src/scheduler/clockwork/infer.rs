@@ -206,7 +206,7 @@ impl ClockworkPolicy {
             ActionKind::Infer { requests: ids },
         );
         let d = &mut self.devices[device.0 as usize];
-        d.exec.push(action.id, expected, start);
+        d.exec.push(action.id, expected, start, now);
         if let Some(r) = d.residents.get_mut(&model) {
             r.infers_in_flight += 1;
             r.last_use = now;

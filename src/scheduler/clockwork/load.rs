@@ -204,7 +204,7 @@ impl ClockworkPolicy {
         );
         self.devices[device.0 as usize]
             .load
-            .push(action.id, UNLOAD_ESTIMATE, start);
+            .push(action.id, UNLOAD_ESTIMATE, start, now);
         self.send(plan, action, Work::Unload);
     }
 
@@ -228,7 +228,7 @@ impl ClockworkPolicy {
         let action = self.action(device, model, (now, latest, expected), ActionKind::Load);
         let d = &mut self.devices[device.0 as usize];
         d.reserve(model, pages, now);
-        d.load.push(action.id, expected, start);
+        d.load.push(action.id, expected, start, now);
         self.send(plan, action, Work::Load);
     }
 

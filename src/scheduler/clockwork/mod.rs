@@ -26,7 +26,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 
 use super::device::{DeviceMirror, LaneTiming};
-use super::estimate::Estimator;
+use super::estimate::{Estimator, Margins};
 use super::ids::IdMap;
 use super::queue::{ModelQueue, Queued};
 use super::{
@@ -64,6 +64,11 @@ struct Params {
     estimate_max_age: Nanos,
     /// Busy share of a device that replicas are sized for.
     target_utilisation: f64,
+    /// Learn each device's lag and overrun margin (`device::DeviceMirror::margins`), with
+    /// the window and percentile they are taken over.
+    learn_margins: bool,
+    margin_window: usize,
+    margin_percentile: f64,
 }
 
 impl From<&PolicyConfig> for Params {
@@ -83,6 +88,9 @@ impl From<&PolicyConfig> for Params {
             early_drop: true,
             estimate_max_age: nanos(c.estimate_max_age).max(1),
             target_utilisation: c.target_utilisation.clamp(0.05, 1.0),
+            learn_margins: c.learn_margins,
+            margin_window: c.margin_window,
+            margin_percentile: c.margin_percentile,
         }
     }
 }
@@ -157,6 +165,14 @@ pub struct ClockworkPolicy {
     /// Scratch space for the order in which devices pick loads (`schedule_devices`), kept
     /// between calls so that planning allocates nothing per event.
     load_order: Vec<(Nanos, usize)>,
+    /// Margin taken off every objective for runs longer than planned: the widest the
+    /// devices still serving have learned (`buffer` until learned). A request is admitted
+    /// before its device is chosen, so it gets the widest.
+    buffer: Nanos,
+    /// Every live device has learned its buffer: objectives then lose it whatever their
+    /// size (with the configured one, an objective below `schedule_ahead + buffer` keeps
+    /// that much, or nothing tight could ever run and be measured).
+    learned: bool,
 }
 
 impl ClockworkPolicy {
@@ -174,7 +190,26 @@ impl ClockworkPolicy {
             suspects: 0,
             now: 0,
             load_order: Vec::new(),
+            buffer: nanos(config.buffer),
+            learned: false,
         }
+    }
+
+    /// What the policy plans with on `device` (its learned values, or the configured
+    /// ones until learned): (expected lag, overrun margin). The margin taken off objectives
+    /// is the widest of these over the devices.
+    pub fn margins(&self, device: DeviceId) -> (Nanos, Nanos) {
+        let d = &self.devices[device.0 as usize];
+        let lag = d.timing(self.params.lanes).expected_lag;
+        (lag, d.buffer(self.params.buffer))
+    }
+
+    /// Takes the widest learned buffer again, after a device learned or left.
+    fn rewiden_buffer(&mut self) {
+        let seed = self.params.buffer;
+        let live = || self.devices.iter().filter(|d| !d.gone);
+        self.learned = live().all(|d| d.margins.warm()) && live().next().is_some();
+        self.buffer = live().map(|d| d.buffer(seed)).max().unwrap_or(seed);
     }
 
     /// The ablation: the same planning, but hopeless requests are served late instead of
@@ -312,7 +347,11 @@ impl Policy for ClockworkPolicy {
 
     fn add_device(&mut self, device: DeviceInfo) -> DeviceId {
         let kind = self.kind_index(&device.kind);
-        self.devices.push(DeviceMirror::new(kind, device.pages));
+        let p = self.params;
+        let margins = Margins::new(p.margin_window, p.margin_percentile);
+        self.devices
+            .push(DeviceMirror::new(kind, device.pages, margins));
+        self.rewiden_buffer();
         DeviceId(self.devices.len() as u32 - 1)
     }
 
@@ -326,11 +365,13 @@ impl Policy for ClockworkPolicy {
         let Some(flight) = self.in_flight.remove(&outcome.action) else {
             return;
         };
-        let end = outcome.result.as_ref().map_or(now, |m| m.end);
+        let exec = matches!(flight.work, Work::Infer { .. });
+        let measured = outcome.result.as_ref().ok();
+        let learn = self.params.learn_margins;
         let device = &mut self.devices[flight.device.0 as usize];
-        match flight.work {
-            Work::Infer { .. } => device.exec.complete(outcome.action, end),
-            Work::Load | Work::Unload => device.load.complete(outcome.action, end),
+        device.reported((outcome.action, exec), measured, now, learn);
+        if exec && learn && measured.is_some() {
+            self.rewiden_buffer();
         }
         match flight.work {
             Work::Infer { .. } => self.observe_infer(outcome.action, flight, outcome.result, plan),
@@ -389,6 +430,7 @@ impl Policy for ClockworkPolicy {
         }
         self.set_suspect(device, true);
         self.devices[device.0 as usize].gone = true;
+        self.rewiden_buffer();
         let mut lost: Vec<ActionId> = self
             .in_flight
             .iter()
