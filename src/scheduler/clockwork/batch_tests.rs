@@ -1,5 +1,6 @@
 //! Batch choice where larger batches are no cheaper per request (a cpu device): the most
-//! urgent request is not left behind for them.
+//! urgent request is not left behind for them. Also what happens to pipeline
+//! sub-requests between queue and batch: expiry behind the front, and withdrawal.
 
 use super::tests::request;
 use super::*;
@@ -168,4 +169,35 @@ fn a_sub_request_behind_the_front_is_refused_when_its_latest_finish_passes() {
         .collect();
     assert_eq!(answers, vec![(RequestId(1), &timed_out)]);
     assert_eq!(policy.snapshot(expiry).queued, 1, "A still waits");
+}
+
+/// Mutation that breaks it: `withdraw_in_flight` not remembering the request (the batch
+/// is refused `TooLate` and the request is queued and planned again).
+#[test]
+fn a_request_withdrawn_in_a_batch_that_does_not_run_is_not_planned_again() {
+    let (mut policy, now) = linear();
+    let mut plan = Plan::default();
+    policy.admit(request(0, 0, now, 500 * MS), now, &mut plan);
+    policy.schedule(now, &mut plan);
+    let batch = plan.actions.pop().expect("an INFER");
+    // Its root is answered: withdrawn, but it is already in a batch.
+    let mut plan = Plan::default();
+    assert!(!policy.withdraw(RequestId(0), ModelId(0), &mut plan));
+    assert!(plan.answers.is_empty(), "{:?}", plan.answers);
+    // The batch could not start in time: nothing ran.
+    let result = Err(ActionError::TooLate);
+    let later = now + MS;
+    policy.observe(
+        Outcome {
+            action: batch.id,
+            result,
+        },
+        later,
+        &mut plan,
+    );
+    policy.schedule(later, &mut plan);
+    let withdrawn = Verdict::Refused(Refusal::Withdrawn);
+    assert_eq!(plan.answers.first().map(|a| &a.verdict), Some(&withdrawn));
+    assert!(plan.actions.is_empty(), "planned again: {:?}", plan.actions);
+    assert_eq!(policy.snapshot(later).queued, 0);
 }

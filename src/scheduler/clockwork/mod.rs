@@ -23,7 +23,7 @@ mod steps;
 mod view;
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::{BTreeSet, BinaryHeap, HashSet};
 
 use super::device::{DeviceMirror, LaneTiming};
 use super::estimate::Estimator;
@@ -157,6 +157,10 @@ pub struct ClockworkPolicy {
     /// Scratch space for the order in which devices pick loads (`schedule_devices`), kept
     /// between calls so that planning allocates nothing per event.
     load_order: Vec<(Nanos, usize)>,
+    /// Requests withdrawn while in a batch not yet reported (`Policy::withdraw`): if that
+    /// batch does not run they are answered `Withdrawn`, not queued again (their root is
+    /// answered: no more device time for it).
+    withdrawn: HashSet<RequestId>,
 }
 
 impl ClockworkPolicy {
@@ -174,6 +178,7 @@ impl ClockworkPolicy {
             suspects: 0,
             now: 0,
             load_order: Vec::new(),
+            withdrawn: HashSet::new(),
         }
     }
 
@@ -414,6 +419,7 @@ impl Policy for ClockworkPolicy {
 
     fn withdraw(&mut self, request: RequestId, model: ModelId, plan: &mut Plan) -> bool {
         let Some(item) = self.models[model.0 as usize].queue.remove(request) else {
+            self.withdraw_in_flight(request);
             return false;
         };
         self.queued -= 1;
