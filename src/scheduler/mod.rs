@@ -256,8 +256,9 @@ pub trait Policy {
     fn set_lag(&mut self, _device: DeviceId, _lag: Nanos) {}
     /// Takes back a request still queued (a pipeline withdraws the sub-requests of a root
     /// already answered), answering it `Refusal::Withdrawn` in `plan` so that it uses no
-    /// device time. Returns false, and changes nothing, when it is no longer queued (in a
-    /// batch, or answered): it then gets its answer as usual.
+    /// device time. Returns false when it is no longer queued (in a batch, or answered):
+    /// it then gets its answer as usual, except that a policy that would queue it again
+    /// (its batch did not run) answers it `Refusal::Withdrawn` instead.
     fn withdraw(&mut self, request: RequestId, model: ModelId, plan: &mut Plan) -> bool;
     /// Keeps at least `replicas` replicas of `model` loaded or loading (while devices
     /// allow), whatever its own arrival rate says: a planner that foresees its load (a

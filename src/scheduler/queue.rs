@@ -178,6 +178,36 @@ impl ModelQueue {
             })
     }
 
+    /// The request that expires first, where a request whose run alone takes
+    /// `alone(items)` expires `alone` before its `latest`: the front while every request
+    /// is one item and `latest` follows deadline order (a model serving no pipeline);
+    /// otherwise a request behind the front may expire first (a pipeline sub-request's
+    /// `latest` follows its root's deadline, not its stage's), so all are looked at.
+    pub fn expiring_first(&self, alone: impl Fn(u32) -> Nanos) -> Option<&Queued> {
+        if self.loose == 0 && self.multi == 0 {
+            return self.front();
+        }
+        self.queue
+            .iter()
+            .min_by_key(|q| q.latest.saturating_sub(alone(q.items)))
+    }
+
+    /// Removes every request that `expired` says can no longer be served, in deadline
+    /// order; the rest keep theirs.
+    pub fn take_expired(&mut self, expired: impl Fn(&Queued) -> bool) -> Vec<Queued> {
+        if self.loose == 0 && self.multi == 0 {
+            // `latest` follows deadline order: the expired ones are at the front.
+            let n = self.queue.iter().take_while(|q| expired(q)).count();
+            return self.take_range(0, n);
+        }
+        let (gone, kept): (VecDeque<Queued>, VecDeque<Queued>) = std::mem::take(&mut self.queue)
+            .into_iter()
+            .partition(expired);
+        self.queue = kept;
+        gone.iter().for_each(|q| self.took(q));
+        gone.into()
+    }
+
     fn took(&mut self, item: &Queued) {
         self.demand -= item.demand;
         self.loose -= usize::from(item.latest != item.deadline);
@@ -224,6 +254,35 @@ mod tests {
         queue.remove(RequestId(1));
         assert_eq!(queue.items_meeting(45), 0);
         assert_eq!(queue.take_fitting(Some(35), 8).len(), 1);
+    }
+
+    #[test]
+    fn a_loose_request_behind_the_front_expires_first() {
+        let mut queue = ModelQueue::default();
+        // 2 is behind 1 by deadline but worth serving only until 25, 1 until 50.
+        for (id, deadline, latest) in [(1, 10, 50), (2, 20, 25), (3, 30, 30)] {
+            queue.push(Queued {
+                latest,
+                ..q(id, deadline)
+            });
+        }
+        let alone = |_| 5;
+        assert_eq!(queue.expiring_first(alone).map(|q| q.id.0), Some(2));
+        let gone: Vec<u64> = queue
+            .take_expired(|q| 21 + alone(q.items) > q.latest)
+            .iter()
+            .map(|q| q.id.0)
+            .collect();
+        assert_eq!(gone, vec![2]);
+        let left: Vec<u64> = queue.take_range(0, 8).iter().map(|q| q.id.0).collect();
+        assert_eq!((left, queue.demand()), (vec![1, 3], 0));
+        // Without loose requests the front expires first, and the expired are in front.
+        for id in 4..7 {
+            queue.push(q(id, id * 10));
+        }
+        assert_eq!(queue.expiring_first(alone).map(|q| q.id.0), Some(4));
+        assert_eq!(queue.take_expired(|q| 55 > q.deadline).len(), 2);
+        assert_eq!(queue.front().map(|q| q.id.0), Some(6));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Batch choice where larger batches are no cheaper per request (a cpu device): the most
-//! urgent request is not left behind for them.
+//! urgent request is not left behind for them. Also what happens to pipeline
+//! sub-requests between queue and batch: expiry behind the front, and withdrawal.
 
 use super::tests::request;
 use super::*;
@@ -8,43 +9,54 @@ use crate::time::MS;
 
 /// A model whose batch of b takes b times its batch of 1 (10 ms), loaded on one device.
 fn linear() -> (ClockworkPolicy, Nanos) {
+    linear_models(1)
+}
+
+/// `n` such models, all loaded on one device; the time the last load finished.
+fn linear_models(n: usize) -> (ClockworkPolicy, Nanos) {
     let mut policy = ClockworkPolicy::new(&PolicyConfig::default());
     policy.add_device(DeviceInfo {
         kind: "cpu".into(),
         pages: 64,
     });
-    let batches = [1u32, 2, 4]
+    let batches: Vec<BatchLatency> = [1u32, 2, 4]
         .into_iter()
         .map(|batch| BatchLatency {
             batch,
             latency: u64::from(batch) * 10 * MS,
         })
         .collect();
-    policy.add_model(ModelInfo {
-        pages: 1,
-        profile: ModelProfile {
-            weight_bytes: 1 << 20,
-            load_latency: MS,
-            batches,
-        },
-        by_kind: Vec::new(),
-        devices: None,
-    });
-    // Preloaded at start: report the LOAD done.
-    let mut plan = Plan::default();
-    policy.schedule(0, &mut plan);
-    let load = plan.actions.pop().expect("a LOAD at start");
-    let end = load.earliest + load.expected_duration;
-    let outcome = Outcome {
-        action: load.id,
-        result: Ok(Measured {
-            begin: load.earliest,
-            end,
-            duration: load.expected_duration,
-        }),
-    };
-    policy.observe(outcome, end, &mut Plan::default());
-    (policy, end)
+    for _ in 0..n {
+        policy.add_model(ModelInfo {
+            pages: 1,
+            profile: ModelProfile {
+                weight_bytes: 1 << 20,
+                load_latency: MS,
+                batches: batches.clone(),
+            },
+            by_kind: Vec::new(),
+            devices: None,
+        });
+    }
+    // Preloaded at start, one LOAD at a time: report each done.
+    let mut ready = 0;
+    for _ in 0..n {
+        let mut plan = Plan::default();
+        policy.schedule(ready, &mut plan);
+        let load = plan.actions.pop().expect("a LOAD at start");
+        let end = load.earliest.max(ready) + load.expected_duration;
+        let outcome = Outcome {
+            action: load.id,
+            result: Ok(Measured {
+                begin: end - load.expected_duration,
+                end,
+                duration: load.expected_duration,
+            }),
+        };
+        policy.observe(outcome, end, &mut Plan::default());
+        ready = end;
+    }
+    (policy, ready)
 }
 
 #[test]
@@ -112,4 +124,80 @@ fn more_items_than_the_largest_batch_are_refused_at_once() {
     policy.admit(items(0, now, 500 * MS, 5), now, &mut plan);
     let refused = Verdict::Refused(Refusal::DeadlineUnreachable);
     assert_eq!(plan.answers.first().map(|a| &a.verdict), Some(&refused));
+}
+
+/// A pipeline sub-request: planned by its stage deadline (`slo`), served until
+/// `latest_finish`.
+fn sub(id: u64, now: Nanos, slo: Nanos, latest_finish: Nanos) -> Request {
+    Request {
+        latest_finish: Some(now + latest_finish),
+        ..request(id, 0, now, slo)
+    }
+}
+
+/// Mutation that breaks it: `ModelQueue::expiring_first` returning the front (the expiry
+/// is armed for A's latest finish, at 286 ms, and B waits past its own).
+#[test]
+fn a_sub_request_behind_the_front_is_refused_when_its_latest_finish_passes() {
+    let (mut policy, now) = linear_models(2);
+    let mut plan = Plan::default();
+    // A is first by its stage deadline (22 ms) but its root leaves it until 295 ms; B
+    // comes after it (25 ms) and is worth serving only until 30 ms. Both fit when they
+    // come (a batch of 2 ends at 20 ms).
+    policy.admit(sub(0, now, 27 * MS, 300 * MS), now, &mut plan);
+    policy.admit(sub(1, now, 30 * MS, 35 * MS), now, &mut plan);
+    assert!(plan.answers.is_empty(), "both admitted: {:?}", plan.answers);
+    // Four requests of the other model, whose batch must start sooner, take the device
+    // for 40 ms.
+    for id in 10..14 {
+        policy.admit(request(id, 1, now, 46 * MS), now, &mut plan);
+    }
+    policy.schedule(now, &mut plan);
+    assert!(plan.answers.is_empty(), "{:?}", plan.answers);
+    assert_eq!(policy.snapshot(now).queued, 2, "{plan:?}");
+    // B cannot finish by 30 ms from 21 ms on (10 ms alone): refused then, while the
+    // device is still busy, long before A expires.
+    let expiry = now + 20 * MS + 1;
+    assert_eq!(policy.next_wakeup(now), Some(expiry));
+    let mut plan = Plan::default();
+    policy.schedule(expiry, &mut plan);
+    let timed_out = Verdict::Refused(Refusal::TimedOut);
+    let answers: Vec<(RequestId, &Verdict)> = plan
+        .answers
+        .iter()
+        .map(|a| (a.request, &a.verdict))
+        .collect();
+    assert_eq!(answers, vec![(RequestId(1), &timed_out)]);
+    assert_eq!(policy.snapshot(expiry).queued, 1, "A still waits");
+}
+
+/// Mutation that breaks it: `withdraw_in_flight` not remembering the request (the batch
+/// is refused `TooLate` and the request is queued and planned again).
+#[test]
+fn a_request_withdrawn_in_a_batch_that_does_not_run_is_not_planned_again() {
+    let (mut policy, now) = linear();
+    let mut plan = Plan::default();
+    policy.admit(request(0, 0, now, 500 * MS), now, &mut plan);
+    policy.schedule(now, &mut plan);
+    let batch = plan.actions.pop().expect("an INFER");
+    // Its root is answered: withdrawn, but it is already in a batch.
+    let mut plan = Plan::default();
+    assert!(!policy.withdraw(RequestId(0), ModelId(0), &mut plan));
+    assert!(plan.answers.is_empty(), "{:?}", plan.answers);
+    // The batch could not start in time: nothing ran.
+    let result = Err(ActionError::TooLate);
+    let later = now + MS;
+    policy.observe(
+        Outcome {
+            action: batch.id,
+            result,
+        },
+        later,
+        &mut plan,
+    );
+    policy.schedule(later, &mut plan);
+    let withdrawn = Verdict::Refused(Refusal::Withdrawn);
+    assert_eq!(plan.answers.first().map(|a| &a.verdict), Some(&withdrawn));
+    assert!(plan.actions.is_empty(), "planned again: {:?}", plan.actions);
+    assert_eq!(policy.snapshot(later).queued, 0);
 }

@@ -61,8 +61,8 @@ impl ClockworkPolicy {
 
     /// Refuses requests that waited until no device could finish them in time.
     ///
-    /// Each waiting model has one armed expiry, for its front request; superseded entries
-    /// are skipped.
+    /// Each waiting model has one armed expiry, for the request that expires first (see
+    /// `rearm_expiry`); superseded entries are skipped.
     pub(super) fn expire(&mut self, now: Nanos, plan: &mut Plan) {
         while let Some(&Reverse((at, model))) = self.expiries.peek() {
             if at > now {
@@ -78,13 +78,11 @@ impl ClockworkPolicy {
                 self.queue_changed(model, None);
                 continue;
             }
-            let mut expired = Vec::new();
-            while let Some(q) = self.models[model.0 as usize].queue.front().copied() {
-                if now + self.best_alone(model, q.items) <= q.latest {
-                    break;
-                }
-                expired.extend(self.models[model.0 as usize].queue.pop_front());
-            }
+            // Not only the front: a pipeline's sub-request behind it may be past its
+            // latest useful finish first (see `ModelQueue::expiring_first`).
+            let mut queue = std::mem::take(&mut self.models[model.0 as usize].queue);
+            let expired = queue.take_expired(|q| now + self.best_alone(model, q.items) > q.latest);
+            self.models[model.0 as usize].queue = queue;
             self.models[model.0 as usize].expiry = None;
             self.queued -= expired.len();
             Self::answer(plan, expired, Verdict::Refused(Refusal::TimedOut));
@@ -113,13 +111,17 @@ impl ClockworkPolicy {
         changed
     }
 
-    /// Keeps the model's armed expiry on its current front request.
+    /// Keeps the model's armed expiry on the request that expires first: the front, or a
+    /// pipeline sub-request behind it whose latest useful finish comes sooner (armed on
+    /// the front alone, such a request waited past its latest until it reached the front,
+    /// and its root was answered after its deadline).
     fn rearm_expiry(&mut self, model: ModelId) {
         if !self.params.early_drop {
             return;
         }
-        let front = self.models[model.0 as usize].queue.front().copied();
-        let armed = front.map(|q| expiry(q.latest, self.best_alone(model, q.items)));
+        let alone = |items| self.best_alone(model, items);
+        let first = self.models[model.0 as usize].queue.expiring_first(alone);
+        let armed = first.map(|q| expiry(q.latest, alone(q.items)));
         let m = &mut self.models[model.0 as usize];
         if armed != m.expiry {
             m.expiry = armed;

@@ -23,7 +23,7 @@ mod steps;
 mod view;
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::{BTreeSet, BinaryHeap, HashSet};
 
 use super::device::{DeviceMirror, LaneTiming};
 use super::estimate::{Estimator, Margins};
@@ -173,6 +173,10 @@ pub struct ClockworkPolicy {
     /// size (with the configured one, an objective below `schedule_ahead + buffer` keeps
     /// that much, or nothing tight could ever run and be measured).
     learned: bool,
+    /// Requests withdrawn while in a batch not yet reported (`Policy::withdraw`): if that
+    /// batch does not run they are answered `Withdrawn`, not queued again (their root is
+    /// answered: no more device time for it).
+    withdrawn: HashSet<RequestId>,
 }
 
 impl ClockworkPolicy {
@@ -192,6 +196,7 @@ impl ClockworkPolicy {
             load_order: Vec::new(),
             buffer: nanos(config.buffer),
             learned: false,
+            withdrawn: HashSet::new(),
         }
     }
 
@@ -456,6 +461,7 @@ impl Policy for ClockworkPolicy {
 
     fn withdraw(&mut self, request: RequestId, model: ModelId, plan: &mut Plan) -> bool {
         let Some(item) = self.models[model.0 as usize].queue.remove(request) else {
+            self.withdraw_in_flight(request);
             return false;
         };
         self.queued -= 1;

@@ -28,6 +28,7 @@ impl ClockworkPolicy {
         }
         match result {
             Ok(measured) => {
+                self.forget_withdrawn(&requests);
                 let m = &mut self.models[flight.model.0 as usize];
                 m.exec[kind][batch].observe(measured.duration);
                 m.measured_at = m.measured_at.max(measured.end);
@@ -42,17 +43,44 @@ impl ClockworkPolicy {
             }
             Err(ActionError::TooLate | ActionError::Overdue) => {
                 // Nothing ran (or nothing is known to have run): the requests may still
-                // make it on another try, elsewhere if this device is suspect.
-                for q in requests {
+                // make it on another try, elsewhere if this device is suspect; those
+                // withdrawn meanwhile are answered so instead.
+                let (gone, again): (Vec<Queued>, Vec<Queued>) = requests
+                    .into_iter()
+                    .partition(|q| self.withdrawn.remove(&q.id));
+                for q in again {
                     self.enqueue(flight.model, q);
                 }
+                Self::answer(plan, gone, Verdict::Refused(Refusal::Withdrawn));
             }
             Err(error) => {
+                self.forget_withdrawn(&requests);
                 if error == ActionError::NotResident {
                     self.forget_residency(flight.device, flight.model);
                 }
                 Self::answer(plan, requests, Verdict::Failed(error));
             }
+        }
+    }
+
+    /// Remembers `request`, withdrawn while in a batch not yet reported, so that it is
+    /// not queued again if that batch does not run (see `observe_infer`).
+    pub(super) fn withdraw_in_flight(&mut self, request: RequestId) {
+        let in_batch = self.in_flight.values().any(|f| match &f.work {
+            Work::Infer { requests, .. } => requests.iter().any(|q| q.id == request),
+            _ => false,
+        });
+        if in_batch {
+            self.withdrawn.insert(request);
+        }
+    }
+
+    /// The batch of `requests` ran (or failed for good): their answers stand.
+    fn forget_withdrawn(&mut self, requests: &[Queued]) {
+        if !self.withdrawn.is_empty() {
+            requests.iter().for_each(|q| {
+                self.withdrawn.remove(&q.id);
+            });
         }
     }
 
