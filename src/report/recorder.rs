@@ -2,9 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use hdrhistogram::Histogram;
-
-use super::stages::{latency_histogram, percentiles, StageOutline, StageTally};
+use super::stages::{Latencies, StageOutline, StageTally};
 use super::{ms, PolicyReport, PredictionErrorMs, TimePoint, TimelineSpan};
 use crate::events::ActionDone;
 use crate::outcome::{Class, Outcome};
@@ -43,10 +41,10 @@ pub struct Recorder {
     /// Answers outside the vocabulary, by the name the client gave them.
     unrecognised: BTreeMap<String, u64>,
     /// Latency of successful answers in microseconds.
-    latency_us: Histogram<u64>,
+    latency_us: Latencies,
     /// How long refused requests waited for their refusal, in microseconds: early
     /// refusal means these are short.
-    refusal_us: Histogram<u64>,
+    refusal_us: Latencies,
     /// Measured minus planned duration of INFERs, nanoseconds.
     prediction_error: Vec<i64>,
     batches: u64,
@@ -76,8 +74,8 @@ impl Recorder {
             late: 0,
             not_ok: BTreeMap::new(),
             unrecognised: BTreeMap::new(),
-            latency_us: latency_histogram(),
-            refusal_us: latency_histogram(),
+            latency_us: Latencies::new(),
+            refusal_us: Latencies::new(),
             prediction_error: Vec::new(),
             batches: 0,
             batched: 0,
@@ -139,17 +137,17 @@ impl Recorder {
         let latency = answered.saturating_sub(arrival) / 1_000;
         match outcome.class() {
             Class::InTime => {
-                self.latency_us.saturating_record(latency.max(1));
+                self.latency_us.record(latency);
                 self.ok_in_slo += 1;
                 let index = (arrival / self.bucket) as usize;
                 *Self::slot(&mut self.in_slo, index) += 1;
             }
             Class::Late => {
-                self.latency_us.saturating_record(latency.max(1));
+                self.latency_us.record(latency);
                 self.late += 1;
             }
             Class::Refused => {
-                self.refusal_us.saturating_record(latency.max(1));
+                self.refusal_us.record(latency);
                 *self.not_ok.entry(outcome).or_default() += 1
             }
             Class::Rejected | Class::Failed => *self.not_ok.entry(outcome).or_default() += 1,
@@ -213,8 +211,8 @@ impl Recorder {
             failed,
             errors,
             goodput: ratio(self.ok_in_slo, offered),
-            latency_ms: percentiles(&self.latency_us),
-            refusal_ms: percentiles(&self.refusal_us),
+            latency_ms: self.latency_us.percentiles(),
+            refusal_ms: self.refusal_us.percentiles(),
             cold_loads: self.loads,
             action_errors: self.action_errors.clone(),
             evictions: self.unloads,
@@ -271,7 +269,7 @@ impl Recorder {
             .map(|i| {
                 // Denser towards the tail, where predictability shows.
                 let q = 1.0 - 10f64.powf(-(i as f64) / 40.0);
-                (h.value_at_quantile(q) as f64 / 1e3, q)
+                (h.at(q) as f64 / 1e3, q)
             })
             .collect()
     }
@@ -291,6 +289,21 @@ mod tests {
     use crate::model::{ActionId, DeviceId, ModelId};
     use crate::scheduler::Measured;
     use crate::time::MS;
+
+    /// Mutation that breaks it: `Latencies::at` without its cap at the largest recorded
+    /// (a histogram bucket's top, 100.031 ms, would be reported for 99.99 ms).
+    #[test]
+    fn answers_in_time_near_the_objective_are_reported_in_time() {
+        let mut r = Recorder::new(1_000 * MS, 10, 100 * MS);
+        for i in 0..100u64 {
+            r.offered(i * MS);
+            r.answered(i * MS, i * MS + 99_990_000, Answered::Known(Outcome::Ok));
+        }
+        assert!(r.cdf().iter().all(|&(ms, _)| ms <= 99.99));
+        let latency = r.finish("clockwork", 1.0).latency_ms;
+        assert_eq!(latency.max, 99.99);
+        assert!(latency.p9999 <= 99.99, "{latency:?}");
+    }
 
     #[test]
     fn counts_and_percentiles() {

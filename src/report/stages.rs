@@ -74,27 +74,53 @@ struct OneStage {
     not_ok: BTreeMap<Outcome, u64>,
     /// Upstream answers by the number of requests they made here.
     fan_out: BTreeMap<u32, u64>,
-    latency_us: Histogram<u64>,
+    latency_us: Latencies,
 }
 
-/// Microsecond latencies from 1 us to an hour at 3 significant digits; longer saturate.
-pub(super) fn latency_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 3_600_000_000, 3)
-        .unwrap_or_else(|_| unreachable!("constant, valid bounds"))
+/// Microsecond latencies from 1 us to an hour at 3 significant digits (longer saturate),
+/// and the exact largest. A histogram gives back the top of a value's bucket, 64 us wide
+/// around 100 ms: without the exact largest as a cap, answers in time near a 100 ms
+/// objective would be reported as taking 100.031 ms.
+pub(super) struct Latencies {
+    histogram: Histogram<u64>,
+    max: u64,
 }
 
-/// The percentiles of a latency histogram in microseconds, in milliseconds.
-pub(super) fn percentiles(h: &Histogram<u64>) -> LatencyMs {
-    if h.is_empty() {
-        return LatencyMs::default();
+impl Latencies {
+    pub(super) fn new() -> Self {
+        let histogram = Histogram::new_with_bounds(1, 3_600_000_000, 3)
+            .unwrap_or_else(|_| unreachable!("constant, valid bounds"));
+        Self { histogram, max: 0 }
     }
-    let at = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
-    LatencyMs {
-        p50: at(0.5),
-        p99: at(0.99),
-        p999: at(0.999),
-        p9999: at(0.9999),
-        max: h.max() as f64 / 1e3,
+
+    pub(super) fn record(&mut self, micros: u64) {
+        let micros = micros.clamp(1, self.histogram.high());
+        self.histogram.saturating_record(micros);
+        self.max = self.max.max(micros);
+    }
+
+    /// The latency at quantile `q`, in microseconds (never above the largest recorded).
+    pub(super) fn at(&self, q: f64) -> u64 {
+        self.histogram.value_at_quantile(q).min(self.max)
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.histogram.is_empty()
+    }
+
+    /// The percentiles, in milliseconds.
+    pub(super) fn percentiles(&self) -> LatencyMs {
+        if self.is_empty() {
+            return LatencyMs::default();
+        }
+        let at = |q: f64| self.at(q) as f64 / 1e3;
+        LatencyMs {
+            p50: at(0.5),
+            p99: at(0.99),
+            p999: at(0.999),
+            p9999: at(0.9999),
+            max: self.max as f64 / 1e3,
+        }
     }
 }
 
@@ -108,7 +134,7 @@ impl StageTally {
                 late: 0,
                 not_ok: BTreeMap::new(),
                 fan_out: BTreeMap::new(),
-                latency_us: latency_histogram(),
+                latency_us: Latencies::new(),
             })
             .collect();
         Self {
@@ -137,11 +163,11 @@ impl StageTally {
         match outcome.class() {
             Class::InTime => {
                 stage.ok_in_slo += 1;
-                stage.latency_us.saturating_record(micros);
+                stage.latency_us.record(micros);
             }
             Class::Late => {
                 stage.late += 1;
-                stage.latency_us.saturating_record(micros);
+                stage.latency_us.record(micros);
             }
             Class::Refused | Class::Rejected | Class::Failed => {
                 *stage.not_ok.entry(outcome).or_default() += 1
@@ -173,7 +199,7 @@ impl OneStage {
             late: self.late,
             not_ok,
             fan_out: self.decl.fanned.then(|| fan_out_stats(&self.fan_out)),
-            latency_ms: percentiles(&self.latency_us),
+            latency_ms: self.latency_us.percentiles(),
         }
     }
 }

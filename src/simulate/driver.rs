@@ -14,7 +14,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use super::listener::Listener;
 use super::pipelines::PipelineArgs;
 use super::{SimulateArgs, SimulateError};
-use crate::actors::messages::Submit;
+use crate::actors::messages::{Edge, Submit};
 use crate::actors::pipeline::{Backlog, PipelineActor, RunPipeline};
 use crate::actors::{Controller, Runtime, RuntimeBuilder};
 use crate::config::Config;
@@ -65,7 +65,8 @@ impl Sender {
     fn request(&self, arrival: Arrival) -> impl Future<Output = ()> + 'static {
         self.recorder.borrow_mut().offered(arrival.at);
         self.outstanding.set(self.outstanding.get() + 1);
-        let answer = self.send(arrival.model, Some(arrival.slo.unwrap_or(self.default_slo)));
+        let slo = Some(arrival.slo.unwrap_or(self.default_slo));
+        let answer = self.send(arrival.at, arrival.model, slo);
         let this = self.clone();
         async move {
             let how = Answered::Known(answer.await);
@@ -75,8 +76,14 @@ impl Sender {
         }
     }
 
-    /// Sends workload model `model`'s request now.
-    fn send(&self, model: u32, slo: Option<Nanos>) -> Answer {
+    /// Sends workload model `model`'s request now. Its deadline runs from `at`, when the
+    /// workload says it arrived, as the recorder measures it (the controller may read
+    /// its mailbox later).
+    fn send(&self, at: Nanos, model: u32, slo: Option<Nanos>) -> Answer {
+        let edge = Some(Edge {
+            arrival: at,
+            reserve: 0,
+        });
         // An answer channel dropped unanswered means the runtime stopped first: counted
         // as refused for shutting down.
         let stopped = Outcome::ShuttingDown;
@@ -88,7 +95,7 @@ impl Sender {
                     inputs: Arc::clone(&self.inputs),
                     items: 1,
                     slo,
-                    edge: None,
+                    edge,
                     root: None,
                     reply,
                 });
@@ -106,7 +113,7 @@ impl Sender {
                 pipeline.do_send(RunPipeline {
                     inputs: self.inputs.to_vec(),
                     slo,
-                    edge: None,
+                    edge,
                     reply,
                 });
                 Box::pin(async move {

@@ -330,6 +330,12 @@ impl Controller {
         let (result, outcome, batch) = match answer.verdict {
             Verdict::Completed { late, .. } => match outputs {
                 Some((outputs, timing)) => {
+                    // Late as its caller sees it: the policy judges the batch's end, but
+                    // the answer leaves the controller after the report has come back. (A
+                    // pipeline's sub-request is judged by its root, at the root's answer.)
+                    let late = late
+                        || (pending.group.is_none()
+                            && now > pending.arrival.saturating_add(pending.slo));
                     let emulated = self.parts.emulated[timing.device.0 as usize];
                     let ok = Inferred {
                         request: answer.request,
