@@ -336,7 +336,7 @@ impl Default for PolicyConfig {
             load_budget: ms(25),
             max_batch: 16,
             max_exec_time: ms(250),
-            target_utilisation: 0.7,
+            target_utilisation: 0.4,
         }
     }
 }
