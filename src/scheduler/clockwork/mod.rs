@@ -15,6 +15,7 @@
 //! - Estimates are sliding-window percentiles of measured durations, per device kind.
 
 mod admit;
+mod devices;
 mod infer;
 mod load;
 mod placement;
@@ -200,23 +201,6 @@ impl ClockworkPolicy {
         }
     }
 
-    /// What the policy plans with on `device` (its learned values, or the configured
-    /// ones until learned): (expected lag, overrun margin). The margin taken off objectives
-    /// is the widest of these over the devices.
-    pub fn margins(&self, device: DeviceId) -> (Nanos, Nanos) {
-        let d = &self.devices[device.0 as usize];
-        let lag = d.timing(self.params.lanes).expected_lag;
-        (lag, d.buffer(self.params.buffer))
-    }
-
-    /// Takes the widest learned buffer again, after a device learned or left.
-    fn rewiden_buffer(&mut self) {
-        let seed = self.params.buffer;
-        let live = || self.devices.iter().filter(|d| !d.gone);
-        self.learned = live().all(|d| d.margins.warm()) && live().next().is_some();
-        self.buffer = live().map(|d| d.buffer(seed)).max().unwrap_or(seed);
-    }
-
     /// The ablation: the same planning, but hopeless requests are served late instead of
     /// refused early (nothing times out, nothing is dropped before its batch).
     pub fn without_early_drop(mut self) -> Self {
@@ -396,24 +380,7 @@ impl Policy for ClockworkPolicy {
     }
 
     fn set_suspect(&mut self, device: DeviceId, suspect: bool) {
-        let d = &mut self.devices[device.0 as usize];
-        if d.suspect == suspect || d.gone {
-            return;
-        }
-        d.suspect = suspect;
-        if suspect {
-            self.suspects += 1;
-        } else {
-            self.suspects -= 1;
-        }
-        d.load_retry_at = 0;
-        // Replicas on a suspect device do not count against their models' demand, so the
-        // load pass places them elsewhere.
-        let resident: Vec<ModelId> = d.residents.keys().copied().collect();
-        for model in resident {
-            self.rerank(model);
-            self.queue_changed(model, None);
-        }
+        self.mark_suspect(device, suspect);
     }
 
     fn set_allowed(&mut self, model: ModelId, device: DeviceId, allowed: bool) {
@@ -429,34 +396,7 @@ impl Policy for ClockworkPolicy {
     }
 
     fn remove_device(&mut self, device: DeviceId, now: Nanos, plan: &mut Plan) {
-        self.now = self.now.max(now);
-        if self.devices[device.0 as usize].gone {
-            return;
-        }
-        self.set_suspect(device, true);
-        self.devices[device.0 as usize].gone = true;
-        self.rewiden_buffer();
-        let mut lost: Vec<ActionId> = self
-            .in_flight
-            .iter()
-            .filter(|(_, f)| f.device == device)
-            .map(|(&id, _)| id)
-            .collect();
-        lost.sort_unstable();
-        for action in lost {
-            let result = Err(ActionError::Overdue);
-            self.observe(Outcome { action, result }, now, plan);
-        }
-        let resident: Vec<ModelId> = self.devices[device.0 as usize]
-            .residents
-            .keys()
-            .copied()
-            .collect();
-        for model in resident {
-            self.forget_residency(device, model);
-            self.queue_changed(model, None);
-        }
-        self.devices[device.0 as usize].capacity = 0;
+        self.remove(device, now, plan);
     }
 
     fn withdraw(&mut self, request: RequestId, model: ModelId, plan: &mut Plan) -> bool {
