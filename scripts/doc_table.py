@@ -2,7 +2,7 @@
 """Puts a benchmark's printed table into a document, between markers, so that the tables
 in docs/ are what a script printed and never typed by hand.
 
-    some-bench-command | scripts/doc_table.py DOC NAME [--command "what was run"]
+    some-bench-command | scripts/doc_table.py DOC NAME [--command "what was run"] [--fenced]
 
 DOC holds a block
 
@@ -62,6 +62,8 @@ def main():
     parser.add_argument("name", nargs="?")
     parser.add_argument("--command", help="the command that printed the table")
     parser.add_argument("--check", action="store_true", help="only check the markers")
+    parser.add_argument("--fenced", action="store_true",
+                        help="stdin is a program's plain output: put it in a code block")
     args = parser.parse_args()
     try:
         if args.check:
@@ -72,8 +74,10 @@ def main():
         if not args.name:
             parser.error("NAME is required unless --check")
         table = sys.stdin.read()
-        if "|" not in table:
-            raise ValueError("stdin holds no markdown table")
+        if args.fenced:
+            table = "```text\n" + table.strip("\n") + "\n```"
+        elif "|" not in table:
+            raise ValueError("stdin holds no markdown table (--fenced takes plain output)")
         replace(args.doc, args.name, table, args.command)
     except (OSError, ValueError) as error:
         sys.exit(f"doc_table: {error}")
