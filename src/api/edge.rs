@@ -355,6 +355,10 @@ impl DecodePool {
         let in_queue = InQueue { pool: self, work };
         let permit = if waiting >= self.queue {
             Err(PoolError::Full(waiting))
+        } else if let Ok(free) = Arc::clone(&self.permits).try_acquire_owned() {
+            // A free decoder, the common case, is taken with no timer (a timer reads the
+            // clock). None is free while others wait for one: this does not overtake them.
+            Ok(free)
         } else {
             let acquire = Arc::clone(&self.permits).acquire_owned();
             match tokio::time::timeout(slack, acquire).await {

@@ -363,8 +363,9 @@ impl<'a> Front<'a> {
         let started = self.state.clock.now();
         let limit = self.state.settings.max_body_bytes;
         let until = self.deadline.saturating_sub(self.outlook.expected.decode);
-        let slack = self.state.clock.until(until);
-        let read = tokio::time::timeout(slack, body.to_bytes_limited(limit)).await;
+        // A timer at the instant itself: no clock read for the slack (see `record`).
+        let until = self.state.clock.instant(until);
+        let read = tokio::time::timeout_at(until, body.to_bytes_limited(limit)).await;
         let Ok(read) = read else {
             return Err(self.refuse(Stage::Reading, 0));
         };
@@ -385,10 +386,13 @@ impl<'a> Front<'a> {
     ) -> Result<Decoded, ApiError> {
         let started = self.state.clock.now();
         let until = self.deadline.saturating_sub(self.outlook.expected.decode);
-        let slack = self.state.clock.until(until);
+        // From the clock reading just taken, not a new one.
+        let clock = self.state.clock;
+        let slack = clock
+            .instant(until)
+            .saturating_duration_since(clock.instant(started));
         let target = self.target.clone();
         let state = self.state;
-        let clock = state.clock;
         let job = move || {
             let begun = clock.now();
             (begun, job(target.spec()))
