@@ -10,7 +10,7 @@ use actix_web::http::header::HeaderMap;
 use super::binary::{self, Sections};
 use super::codec;
 use super::error::ApiError;
-use super::v2::{self, InferRequest, InferResponse, Parameters, ResponseOutput};
+use super::v2::{self, AnswerParameters, InferRequest, InferResponse, Parameters, ResponseOutput};
 use crate::model::{DataType, ModelSpec};
 use crate::tensor::Tensor;
 use crate::time::Nanos;
@@ -270,7 +270,7 @@ pub(super) fn respond(
     tensors: &[Tensor],
     wanted: &[Wanted],
     batched: Batch,
-    parameters: Parameters,
+    parameters: AnswerParameters,
 ) -> HttpResponse {
     let mut outputs = Vec::with_capacity(wanted.len());
     let mut binary = Vec::new();
@@ -318,7 +318,7 @@ pub(super) struct Answer {
     /// Every output the model (the pipeline) gave, by name.
     pub(super) outputs: Vec<Tensor>,
     /// What the runtime tells of the answer (`emulated`, `late`, ...).
-    pub(super) parameters: Parameters,
+    pub(super) parameters: AnswerParameters,
     /// Where the way back starts (`Phase::Respond`): the end of the request's batch, or
     /// the pipeline's answer (its last stage's batch done and joined).
     pub(super) ended: Nanos,

@@ -188,16 +188,58 @@ pub struct Expected {
     pub respond: Nanos,
 }
 
+/// What the front end expects of a request, read once when its head arrives: the
+/// estimates (its deadline's reserve for the way back, the slack of each step) and the
+/// best recent times (the check before reading, the decoding work it adds to the pool's
+/// queue). One read of the table, not one per use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Outlook {
+    /// Each phase's estimate ([`FrontTimes::expected`]).
+    pub expected: Expected,
+    /// Each phase's best case in the window ([`FrontTimes::least`]).
+    pub least: Expected,
+}
+
+impl Learned {
+    /// No measurement for [`FORGET_AFTER`] before `now`: back to the optimistic zeros.
+    fn forget_if_stale(&mut self, now: Nanos) {
+        if now.saturating_sub(self.at) > FORGET_AFTER {
+            for phase in &mut self.phases {
+                phase.reseed(0);
+            }
+        }
+    }
+
+    /// `read` of each phase's estimator.
+    fn each_phase(&self, read: impl Fn(&Estimator) -> Nanos) -> Expected {
+        let p = &self.phases;
+        Expected {
+            read: read(&p[Phase::Read as usize]),
+            wait: read(&p[Phase::Wait as usize]),
+            decode: read(&p[Phase::Decode as usize]),
+            respond: read(&p[Phase::Respond as usize]),
+        }
+    }
+}
+
 impl FrontTimes {
     /// Adds a measurement of `phase` for `key`, made at `now`.
     pub fn observe(&self, key: &FrontKey, phase: Phase, took: Nanos, now: Nanos) {
+        self.observe_each(key, &[(phase, took)], now);
+    }
+
+    /// Adds measurements of several phases for `key`, made at `now`, under one lock (a
+    /// request's wait and decoding end together).
+    pub fn observe_each(&self, key: &FrontKey, measured: &[(Phase, Nanos)], now: Nanos) {
         let mut models = self.models.lock().unwrap_or_else(|e| e.into_inner());
         let learned = models.entry(key.clone()).or_insert_with(|| Learned {
             // Unknown until measured: an optimistic zero, replaced by the first measurement.
             phases: std::array::from_fn(|_| Estimator::new(0, WINDOW, PERCENTILE)),
             at: now,
         });
-        learned.phases[phase as usize].observe(took);
+        for &(phase, took) in measured {
+            learned.phases[phase as usize].observe(took);
+        }
         learned.at = learned.at.max(now);
     }
 
@@ -218,37 +260,26 @@ impl FrontTimes {
     /// it refuses only requests that are hopeless even if the front end is as quick as it
     /// has recently been (one slow read must not refuse the next hundred requests).
     pub fn least(&self, key: &FrontKey, now: Nanos) -> Expected {
-        self.each_phase(key, now, Estimator::least)
+        self.outlook(key, now).least
     }
 
     /// The current estimates for `key` (zeros before any measurement, or when none was
     /// made for [`FORGET_AFTER`]).
     pub fn expected(&self, key: &FrontKey, now: Nanos) -> Expected {
-        self.each_phase(key, now, Estimator::get)
+        self.outlook(key, now).expected
     }
 
-    /// `read` of each phase's estimator for `key` at `now`.
-    fn each_phase(
-        &self,
-        key: &FrontKey,
-        now: Nanos,
-        read: impl Fn(&Estimator) -> Nanos,
-    ) -> Expected {
+    /// Both [`FrontTimes::expected`] and [`FrontTimes::least`] for `key` at `now`, under
+    /// one lock.
+    pub fn outlook(&self, key: &FrontKey, now: Nanos) -> Outlook {
         let mut models = self.models.lock().unwrap_or_else(|e| e.into_inner());
         let Some(m) = models.get_mut(key) else {
-            return Expected::default();
+            return Outlook::default();
         };
-        if now.saturating_sub(m.at) > FORGET_AFTER {
-            for phase in &mut m.phases {
-                phase.reseed(0);
-            }
-        }
-        let p = &m.phases;
-        Expected {
-            read: read(&p[Phase::Read as usize]),
-            wait: read(&p[Phase::Wait as usize]),
-            decode: read(&p[Phase::Decode as usize]),
-            respond: read(&p[Phase::Respond as usize]),
+        m.forget_if_stale(now);
+        Outlook {
+            expected: m.each_phase(Estimator::get),
+            least: m.each_phase(Estimator::least),
         }
     }
 }
@@ -324,6 +355,10 @@ impl DecodePool {
         let in_queue = InQueue { pool: self, work };
         let permit = if waiting >= self.queue {
             Err(PoolError::Full(waiting))
+        } else if let Ok(free) = Arc::clone(&self.permits).try_acquire_owned() {
+            // A free decoder, the common case, is taken with no timer (a timer reads the
+            // clock). None is free while others wait for one: this does not overtake them.
+            Ok(free)
         } else {
             let acquire = Arc::clone(&self.permits).acquire_owned();
             match tokio::time::timeout(slack, acquire).await {
@@ -405,7 +440,20 @@ mod tests {
         );
     }
 
-    /// Mutation that breaks it: the reseed in `each_phase` removed (the burst's times
+    /// Mutation that breaks it: measurements given together learned as one (only the
+    /// first, or only the last).
+    #[test]
+    fn phases_measured_together_are_each_learned() {
+        let times = FrontTimes::default();
+        let measured = [(Phase::Wait, 3), (Phase::Decode, 8)];
+        times.observe_each(&M0, &measured, 0);
+        let outlook = times.outlook(&M0, 0);
+        assert_eq!((outlook.expected.wait, outlook.expected.decode), (3, 8));
+        assert_eq!(outlook.least, outlook.expected, "one measurement each");
+        assert_eq!(outlook.expected.read, 0);
+    }
+
+    /// Mutation that breaks it: the reseed in `forget_if_stale` removed (the burst's times
     /// stay, and refuse the model's requests for good).
     #[test]
     fn times_not_measured_for_a_second_are_forgotten() {

@@ -11,7 +11,6 @@
 //! the model's (the controller falls back to it).
 
 use actix_web::{post, web, HttpRequest, HttpResponse};
-use serde_json::Value;
 
 use std::sync::Arc;
 
@@ -21,12 +20,12 @@ use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use super::binary::HEADER_LENGTH;
 use super::body::{decode_body, respond, Answer, Decoded};
-use super::edge::{self, Expected, FrontKey, Phase, PoolError, Stage};
+use super::edge::{self, FrontKey, Outlook, Phase, PoolError, Stage};
 use super::error::{ApiError, ErrorBody};
 use super::metrics::Metrics;
 use super::models::Entry;
 use super::pipelines::pipeline_spec;
-use super::v2::{InferRequest, InferResponse, Parameters};
+use super::v2::{AnswerParameters, InferRequest, InferResponse};
 use super::ApiState;
 use crate::actors::messages::{Edge, InferError, Inferred, Submit};
 use crate::actors::pipeline_table::Served;
@@ -278,7 +277,8 @@ pub(super) struct Front<'a> {
     target: &'a Target,
     key: FrontKey,
     arrival: Nanos,
-    expected: Expected,
+    /// The learned front-end times, read once at arrival (one lock of the table).
+    outlook: Outlook,
     /// The deadline the front end works to before the body says otherwise: the model's
     /// or pipeline's objective (a request's own `slo_ms` is inside the body), less the
     /// way back (`Phase::Respond`).
@@ -289,16 +289,16 @@ impl<'a> Front<'a> {
     /// A request to `target` whose head was read at `arrival`.
     pub(super) fn new(state: &'a ApiState, target: &'a Target, arrival: Nanos) -> Self {
         let key = target.key();
-        let expected = state.front.expected(&key, arrival);
+        let outlook = state.front.outlook(&key, arrival);
         let deadline = arrival
             .saturating_add(target.spec().slo)
-            .saturating_sub(expected.respond);
+            .saturating_sub(outlook.expected.respond);
         Self {
             state,
             target,
             key,
             arrival,
-            expected,
+            outlook,
             deadline,
         }
     }
@@ -327,15 +327,21 @@ impl<'a> Front<'a> {
     /// reading: on some virtual machines each read is a system call, and a request's
     /// path read the clock fourteen times).
     fn record(&self, phase: Phase, took: Nanos, now: Nanos) {
-        self.state.front.observe(&self.key, phase, took, now);
-        self.state.metrics.front(&self.key, phase, took);
+        self.record_each(&[(phase, took)], now);
+    }
+
+    /// [`Front::record`] of phases that ended together, learned under one lock.
+    fn record_each(&self, measured: &[(Phase, Nanos)], now: Nanos) {
+        self.state.front.observe_each(&self.key, measured, now);
+        self.state.metrics.front(&self.key, measured);
     }
 
     /// Refuses, from the controller's last view of the model (a pipeline's first stage),
     /// a request it cannot serve by the model's (the pipeline's) deadline.
     pub(super) fn admit_before_reading(&self) -> Result<(), ApiError> {
         let now = self.state.clock.now();
-        let e = self.state.front.least(&self.key, now);
+        // The best recent times as read at arrival, microseconds ago.
+        let e = self.outlook.least;
         let view = self.target.view().and_then(|m| self.state.admission.get(m));
         // The decoders' backlog now, not only the best recent wait: a request behind a
         // queue of bodies it cannot pass in time is refused before its body is read.
@@ -356,9 +362,10 @@ impl<'a> Front<'a> {
     async fn read(&self, body: web::Payload) -> Result<web::Bytes, ApiError> {
         let started = self.state.clock.now();
         let limit = self.state.settings.max_body_bytes;
-        let until = self.deadline.saturating_sub(self.expected.decode);
-        let slack = self.state.clock.until(until);
-        let read = tokio::time::timeout(slack, body.to_bytes_limited(limit)).await;
+        let until = self.deadline.saturating_sub(self.outlook.expected.decode);
+        // A timer at the instant itself: no clock read for the slack (see `record`).
+        let until = self.state.clock.instant(until);
+        let read = tokio::time::timeout_at(until, body.to_bytes_limited(limit)).await;
         let Ok(read) = read else {
             return Err(self.refuse(Stage::Reading, 0));
         };
@@ -378,16 +385,19 @@ impl<'a> Front<'a> {
         job: impl FnOnce(&ModelSpec) -> Result<Decoded, ApiError> + Send + 'static,
     ) -> Result<Decoded, ApiError> {
         let started = self.state.clock.now();
-        let until = self.deadline.saturating_sub(self.expected.decode);
-        let slack = self.state.clock.until(until);
+        let until = self.deadline.saturating_sub(self.outlook.expected.decode);
+        // From the clock reading just taken, not a new one.
+        let clock = self.state.clock;
+        let slack = clock
+            .instant(until)
+            .saturating_duration_since(clock.instant(started));
         let target = self.target.clone();
         let state = self.state;
-        let clock = state.clock;
         let job = move || {
             let begun = clock.now();
             (begun, job(target.spec()))
         };
-        let work = state.front.least(&self.key, started).decode;
+        let work = self.outlook.least.decode;
         let (begun, decoded) = match state.decoders.run(slack, small, work, job).await {
             Ok(done) => done,
             Err(PoolError::Crashed) => {
@@ -397,8 +407,13 @@ impl<'a> Front<'a> {
                 return Err(self.refuse(Stage::Decoding, 0))
             }
         };
-        self.record(Phase::Wait, begun.saturating_sub(started), begun);
-        self.took(Phase::Decode, begun);
+        let done = state.clock.now();
+        let waited = begun.saturating_sub(started);
+        let measured = [
+            (Phase::Wait, waited),
+            (Phase::Decode, done.saturating_sub(begun)),
+        ];
+        self.record_each(&measured, done);
         decoded
     }
 
@@ -413,7 +428,7 @@ impl<'a> Front<'a> {
         let slo = decoded.slo.unwrap_or(self.target.spec().slo);
         let edge = Edge {
             arrival: self.arrival,
-            reserve: self.expected.respond,
+            reserve: self.outlook.expected.respond,
         };
         let inputs = std::mem::take(&mut decoded.inputs);
         let (items, slo_asked) = (decoded.batched.items, decoded.slo);
@@ -492,12 +507,12 @@ fn with_server_timing(
 const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
 
 /// A model's answer parameters: `emulated`, `late`, `batch_size`, `slo_ms`.
-fn parameters(spec: &ModelSpec, inferred: &Inferred, slo: Option<Nanos>) -> Parameters {
-    let slo_ms = slo.unwrap_or(spec.slo) as f64 / 1e6;
-    Parameters::from_iter([
-        ("emulated".to_owned(), Value::Bool(inferred.emulated)),
-        ("late".to_owned(), Value::Bool(inferred.late)),
-        ("batch_size".to_owned(), inferred.timing.batch.into()),
-        ("slo_ms".to_owned(), slo_ms.into()),
-    ])
+fn parameters(spec: &ModelSpec, inferred: &Inferred, slo: Option<Nanos>) -> AnswerParameters {
+    AnswerParameters {
+        batch_size: Some(inferred.timing.batch),
+        emulated: inferred.emulated,
+        late: inferred.late,
+        missing: None,
+        slo_ms: slo.unwrap_or(spec.slo) as f64 / 1e6,
+    }
 }

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::body::Answer;
 use super::error::ApiError;
-use super::v2::Parameters;
+use super::v2::AnswerParameters;
 use super::ApiState;
 use crate::actors::messages::{Edge, InferError};
 use crate::actors::pipeline::RunPipeline;
@@ -93,12 +93,13 @@ pub(super) async fn call(
     let answer = answer.map_err(failure_error)?;
     let started = state.clock.now();
     let slo = slo.unwrap_or(served.pipeline.slo);
-    let parameters = Parameters::from_iter([
-        ("emulated".to_owned(), Value::Bool(answer.emulated)),
-        ("late".to_owned(), Value::Bool(answer.late)),
-        ("slo_ms".to_owned(), (slo as f64 / 1e6).into()),
-        ("missing".to_owned(), json!(answer.missing)),
-    ]);
+    let parameters = AnswerParameters {
+        batch_size: None,
+        emulated: answer.emulated,
+        late: answer.late,
+        missing: Some(answer.missing),
+        slo_ms: slo as f64 / 1e6,
+    };
     Ok(Answer {
         outputs: answer.outputs,
         parameters,

@@ -14,9 +14,42 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::model::DataType;
+use crate::pipeline::run::Missing;
 
 /// Parameters of a request, tensor or response: a JSON object.
 pub type Parameters = Map<String, Value>;
+
+/// The runtime's facts about an answer, a response's `parameters`: typed, so that an
+/// answer builds no map and allocates no keys, and serialised as the same JSON object
+/// (the fields in the order a JSON map sorts its keys, so the text is the same too).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct AnswerParameters {
+    /// The size of the batch the request ran in (a model's answers; a pipeline's stages
+    /// ran many).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<u32>,
+    /// The device (some stage's device) only emulated the model: the outputs are not a
+    /// real inference.
+    pub emulated: bool,
+    /// Answered after its deadline: the estimates were wrong.
+    pub late: bool,
+    /// A pipeline's rows left out (with `partial_results`); absent for a model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missing: Option<Vec<Missing>>,
+    /// The objective the request had, in milliseconds.
+    pub slo_ms: f64,
+}
+
+impl AnswerParameters {
+    /// As a JSON object, for a protocol that carries parameters as a map (gRPC).
+    pub fn to_map(&self) -> Parameters {
+        match serde_json::to_value(self) {
+            Ok(Value::Object(map)) => map,
+            // A struct of plain fields always serialises as an object.
+            _ => Parameters::new(),
+        }
+    }
+}
 
 /// `POST /v2/models/{model}/infer`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -111,7 +144,7 @@ pub struct InferResponse {
     /// inference), `late` (answered after the deadline: the estimates were wrong),
     /// `batch_size` (size of the batch it ran in), `slo_ms` (the objective it had).
     #[schema(value_type = Object)]
-    pub parameters: Parameters,
+    pub parameters: AnswerParameters,
     pub outputs: Vec<ResponseOutput>,
 }
 
@@ -208,6 +241,41 @@ mod tests {
             assert_eq!(serde_name, Value::from(name));
         }
         assert_eq!(parse_datatype("BF16"), None);
+    }
+
+    /// Mutation that breaks it: a field moved out of alphabetical order, or `missing`
+    /// skipped when empty (a pipeline's answers always had it).
+    #[test]
+    fn answer_parameters_serialise_as_the_map_did() {
+        let model = AnswerParameters {
+            batch_size: Some(3),
+            emulated: true,
+            late: false,
+            missing: None,
+            slo_ms: 100.0,
+        };
+        let mut map = Parameters::new();
+        map.insert("emulated".to_owned(), Value::Bool(true));
+        map.insert("late".to_owned(), Value::Bool(false));
+        map.insert("batch_size".to_owned(), 3.into());
+        map.insert("slo_ms".to_owned(), 100.0.into());
+        let text = |v: &AnswerParameters| serde_json::to_string(v).unwrap();
+        let map_text = |m: &Parameters| serde_json::to_string(m).unwrap();
+        assert_eq!(text(&model), map_text(&map));
+        assert_eq!(model.to_map(), map);
+        let pipeline = AnswerParameters {
+            batch_size: None,
+            missing: Some(vec![]),
+            late: true,
+            ..model
+        };
+        let mut map = Parameters::new();
+        map.insert("emulated".to_owned(), Value::Bool(true));
+        map.insert("late".to_owned(), Value::Bool(true));
+        map.insert("slo_ms".to_owned(), 100.0.into());
+        map.insert("missing".to_owned(), serde_json::json!([]));
+        assert_eq!(text(&pipeline), map_text(&map));
+        assert_eq!(pipeline.to_map(), map);
     }
 
     #[test]

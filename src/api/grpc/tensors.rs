@@ -228,7 +228,8 @@ pub fn encode(spec: &ModelSpec, decoded: &Decoded, answer: Answer) -> ModelInfer
         model_name: spec.name.clone(),
         model_version: spec.version.to_string(),
         id: decoded.id.clone().unwrap_or_default(),
-        parameters: proto_parameters(answer.parameters),
+        // Protobuf parameters are a map keyed by strings: the typed answer becomes one here.
+        parameters: proto_parameters(answer.parameters.to_map()),
         outputs,
         raw_output_contents: raw,
     }

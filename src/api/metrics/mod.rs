@@ -13,8 +13,8 @@
 //!
 //! | file | what |
 //! | --- | --- |
-//! | `mod.rs` | the registry, the front end's series, the events task, the route |
-//! | `model.rs` | a model's series: Triton's counters, answers by outcome, latency histograms and their buckets |
+//! | `mod.rs` | the registry, the front end's updates, the events task, the route |
+//! | `model.rs` | a model's series: Triton's counters, answers by outcome, latency histograms and their buckets, the front end's phases |
 //! | `devices.rs` | the devices' series, from the executors' reports |
 //! | `pipeline.rs` | the pipelines' series, from the pipeline actors' events |
 
@@ -26,8 +26,7 @@ use std::sync::{Arc, RwLock};
 
 use actix_web::{get, web, HttpResponse};
 use prometheus::{
-    core::Collector, exponential_buckets, Encoder as _, HistogramOpts, HistogramVec, IntCounter,
-    IntCounterVec, Opts, Registry, TextEncoder,
+    core::Collector, Encoder as _, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
 };
 use tokio::sync::broadcast::{self, error::RecvError};
 
@@ -51,9 +50,6 @@ pub struct Metrics {
     models: RwLock<Vec<Arc<PerModel>>>,
     api_errors: IntCounterVec,
     events_lost: IntCounter,
-    /// The front end's own time per request, by model and phase (read, wait, decode,
-    /// respond): what the edge counts in each request's plan.
-    front: HistogramVec,
     /// Answers that left after their deadline as measured from the edge.
     edge_late: IntCounterVec,
     devices: DeviceMetrics,
@@ -79,18 +75,6 @@ fn registered<C: Collector + Clone + 'static>(
     Ok(collector)
 }
 
-/// The front end's time per request, by model and phase.
-fn front_family() -> prometheus::Result<HistogramVec> {
-    let opts = HistogramOpts::new(
-        "clockwork_front_seconds",
-        "Time the HTTP front end spent on a request, by phase",
-    );
-    HistogramVec::new(
-        opts.buckets(exponential_buckets(0.000_05, 2.0, 14)?),
-        &["model", "phase"],
-    )
-}
-
 impl Metrics {
     /// Registers every series; the models' series start at zero.
     pub fn new(models: &[ModelSpec]) -> prometheus::Result<Self> {
@@ -114,7 +98,6 @@ impl Metrics {
                 &["error_type"],
             )?,
             events_lost: registered(&r, events_lost)?,
-            front: registered(&r, front_family()?)?,
             edge_late: counter(
                 &r,
                 "clockwork_edge_late",
@@ -195,12 +178,20 @@ impl Metrics {
         }
     }
 
-    /// Time the front end spent on one phase of a request of `key`.
-    pub fn front(&self, key: &FrontKey, phase: Phase, took: Nanos) {
-        self.front_series(key, |name, _| {
-            self.front
-                .with_label_values(&[name, phase.as_str()])
-                .observe(seconds(took));
+    /// Time the front end spent on phases of a request of `key` (a model's series are
+    /// resolved already; a pipeline's are looked up by name).
+    pub fn front(&self, key: &FrontKey, measured: &[(Phase, Nanos)]) {
+        self.front_series(key, |name, model| {
+            for &(phase, took) in measured {
+                match model {
+                    Some(m) => m.front(phase, took),
+                    None => self
+                        .families
+                        .front
+                        .with_label_values(&[name, phase.as_str()])
+                        .observe(seconds(took)),
+                }
+            }
         });
     }
 
