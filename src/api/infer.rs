@@ -20,7 +20,8 @@ use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use super::binary::HEADER_LENGTH;
 use super::body::{decode_body, respond, Answer, Decoded};
-use super::edge::{self, FrontKey, Outlook, Phase, PoolError, Stage};
+use super::decode::{self, PoolError};
+use super::edge::{self, FrontKey, Outlook, Phase, Stage};
 use super::error::{ApiError, ErrorBody};
 use super::metrics::Metrics;
 use super::models::Entry;
@@ -120,7 +121,7 @@ pub(super) async fn run(
     }
     let body = front.read(body).await?;
     let headers = binary_header(request);
-    let small = body.len() <= edge::INLINE_DECODE_BYTES;
+    let small = body.len() <= decode::INLINE_DECODE_BYTES;
     let job = move |spec: &ModelSpec| decode_body(spec, &headers, body);
     let decoded = front.decode(small, job).await?;
     let delivered = front

@@ -25,6 +25,7 @@ mod binary;
 mod body;
 pub mod codec;
 pub mod dashboard;
+mod decode;
 mod edge;
 mod error;
 pub mod grpc;
@@ -59,7 +60,8 @@ use crate::actors::pipeline_table::{PipelineHost, PipelineTable};
 use crate::actors::{Controller, Runtime};
 use crate::repository::RepositorySource;
 use crate::time::Clock;
-use edge::{DecodePool, FrontTimes};
+use decode::DecodePool;
+use edge::FrontTimes;
 
 /// Limits of the API.
 #[derive(Clone, Copy, Debug)]

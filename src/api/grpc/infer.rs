@@ -7,7 +7,8 @@ use prost::Message as _;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status};
 
-use super::super::edge::{self, Arrival, Phase};
+use super::super::decode;
+use super::super::edge::{Arrival, Phase};
 use super::super::error::ApiError;
 use super::super::infer::{Delivered, Front, Target};
 use super::super::ApiState;
@@ -48,7 +49,7 @@ async fn run(
     let front = Front::new(state, &target, arrival);
     front.admit_before_reading()?;
     front.took(Phase::Read, arrival);
-    let small = request.encoded_len() <= edge::INLINE_DECODE_BYTES;
+    let small = request.encoded_len() <= decode::INLINE_DECODE_BYTES;
     let job = move |spec: &_| tensors::decode(spec, request);
     let decoded = front.decode(small, job).await?;
     front.answer(decoded, tensors::encode).await
