@@ -170,7 +170,7 @@ async fn items_of_every_datatype_are_split_and_joined_and_must_agree_on_their_nu
             series(&text, "nv_inference_request_success{model=\"typed\"}"),
             series(&text, "nv_inference_count{model=\"typed\"}"),
         );
-        if counts.0 == Some(4.0) {
+        if counts == (Some(4.0), Some(6.0)) {
             break;
         }
         actix_web::rt::time::sleep(std::time::Duration::from_millis(5)).await;

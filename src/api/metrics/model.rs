@@ -67,8 +67,10 @@ impl PerModel {
             self.outcomes[i].inc();
         }
         if outcome.is_success() {
-            self.success.inc();
+            // Items first: a scrape between the two then never shows a success without
+            // its items (tests wait for the success count, then read both).
             self.count.inc_by(u64::from(items));
+            self.success.inc();
         } else {
             self.failure.inc();
         }
