@@ -64,7 +64,11 @@ impl ClockworkPolicy {
             refuse(plan, request, Refusal::DeadlineUnreachable);
             return;
         }
-        if p.early_drop && !self.can_drain_in_time(request.model, now, (deadline, items), latest) {
+        // A pipeline's sub-request is judged by its own queue only: its stage deadline is
+        // earlier than its root's, and newly arrived roots must not push it out.
+        let shared = p.shared_arrival && request.latest_finish.is_none();
+        let ahead = (deadline, items, shared);
+        if p.early_drop && !self.can_drain_in_time(request.model, now, ahead, latest) {
             refuse(plan, request, Refusal::DeadlineUnreachable);
             return;
         }
@@ -80,23 +84,23 @@ impl ClockworkPolicy {
         self.enqueue(request.model, item);
     }
 
-    /// Whether a request of `model` with (internal deadline, items), queued now behind
-    /// the requests due before it, could finish by `latest` on the replicas that hold the
-    /// model, with the estimates the plan uses. Before answering no
-    /// on estimates a slow spell left behind, they go back to their seeds (see
-    /// `refresh_estimates`).
+    /// Whether a request of `model` with (internal deadline, items, whether other models'
+    /// work counts), queued now behind the requests due before it, could finish by
+    /// `latest` on the replicas that hold the model, with the estimates the plan uses.
+    /// Before answering no on estimates a slow spell left behind, they go back to their
+    /// seeds (see `refresh_estimates`).
     fn can_drain_in_time(
         &mut self,
         model: ModelId,
         now: Nanos,
-        (deadline, items): (Nanos, u32),
+        ahead: (Nanos, u32, bool),
         latest: Nanos,
     ) -> bool {
-        match self.projected_finish(model, now, (deadline, items), latest) {
+        match self.projected_finish(model, now, ahead, latest) {
             Some(finish) if finish > latest => {
                 self.refresh_estimates(model, now)
                     && self
-                        .projected_finish(model, now, (deadline, items), latest)
+                        .projected_finish(model, now, ahead, latest)
                         .is_none_or(|f| f <= latest)
             }
             _ => true,
@@ -110,20 +114,22 @@ impl ClockworkPolicy {
     /// projection (no replica ready or loading, so the load rules decide; or too many to
     /// follow).
     ///
-    /// Work of other models still to be planned is not counted: the projection is
-    /// optimistic for a device shared by busy models, so the plan still refuses what
-    /// turns out hopeless later, as it always did.
+    /// With `shared`, each replica starts only after the queued work of the other models
+    /// on its device that is due before `deadline` (`shared.rs`); without, other models'
+    /// work still to be planned is not counted (optimistic on shared devices, so the plan
+    /// still refuses what turns out hopeless later, as it always did).
     pub(super) fn projected_finish(
         &self,
         model: ModelId,
         now: Nanos,
-        (deadline, items): (Nanos, u32),
+        (deadline, items, shared): (Nanos, u32, bool),
         bound: Nanos,
     ) -> Option<Nanos> {
         let m = &self.models[model.0 as usize];
         let lanes = self.params.lanes;
         let mut free = [(0, 0); MAX_PROJECTED];
         let mut replicas = 0;
+        let mut base = Nanos::MAX;
         // Replicas being loaded count from when their load lane is done (an upper bound
         // on when the weights are ready); scanning the devices for them is needed only
         // while a load is in flight.
@@ -144,14 +150,21 @@ impl ClockworkPolicy {
             if !device.is_ready(model) {
                 at = at.max(device.load.free_at(now, device.timing(lanes)));
             }
+            base = base.min(at);
+            if shared {
+                at = at.saturating_add(self.others_ahead(device, model, deadline, at));
+            }
             free[replicas] = (at, device.kind);
             replicas += 1;
         }
         let free = &mut free[..replicas];
-        let soonest = free.iter().map(|f| f.0).min()?;
+        free.first()?;
+        // The model's own requests that expire: those that could not finish even if
+        // started when a replica's planned work ends (other models' work due before the
+        // new request is not necessarily due before them).
         let expiring = m
             .queue
-            .items_before(soonest.saturating_add(self.best_single(model)));
+            .items_before(base.saturating_add(self.best_single(model)));
         let ahead = m.queue.items_before(deadline.saturating_add(1));
         let remaining = ahead.saturating_sub(expiring) + items as usize;
         // Whole requests of several items leave batches short of their size: the last
@@ -202,7 +215,7 @@ fn drain(
 /// The allowed batch of at most `items` items that serves the most per unit of device
 /// time on device kind `kind` (within `max_exec_time` above batch 1): (items it serves,
 /// estimate). With `pad`, the smallest batch that holds every item is a candidate too.
-fn efficient_batch(
+pub(super) fn efficient_batch(
     m: &ModelState,
     kind: usize,
     (items, pad): (usize, bool),

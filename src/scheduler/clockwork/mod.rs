@@ -20,6 +20,7 @@ mod infer;
 mod load;
 mod placement;
 mod rate;
+mod shared;
 mod steps;
 mod view;
 
@@ -44,6 +45,10 @@ const DEVICE: u64 = 1_000_000;
 use placement::RankKey;
 use rate::RateMeter;
 
+/// Whether arrivals are projected behind other models' work by default (see
+/// `Params::shared_arrival`): off, since it lowered the load sweep's goodput past capacity.
+const SHARED_ARRIVAL: bool = false;
+
 /// Planned duration of an UNLOAD: bookkeeping only.
 const UNLOAD_ESTIMATE: Nanos = 10_000;
 
@@ -60,6 +65,9 @@ struct Params {
     lanes: LaneTiming,
     /// Refuse hopeless requests early (off only for the ablation that serves them late).
     early_drop: bool,
+    /// Count other models' queued work on shared devices when projecting at arrival
+    /// (`shared.rs`); off by default until it keeps the load sweep's goodput.
+    shared_arrival: bool,
     /// Measurements older than this no longer hold a model's requests back: before
     /// refusing them, its estimates go back to their seeds (see `estimate::Estimator`).
     estimate_max_age: Nanos,
@@ -87,6 +95,7 @@ impl From<&PolicyConfig> for Params {
                 lag_allowance: nanos(c.lag_allowance),
             },
             early_drop: true,
+            shared_arrival: SHARED_ARRIVAL,
             estimate_max_age: nanos(c.estimate_max_age).max(1),
             target_utilisation: c.target_utilisation.clamp(0.05, 1.0),
             learn_margins: c.learn_margins,
@@ -205,6 +214,13 @@ impl ClockworkPolicy {
     /// refused early (nothing times out, nothing is dropped before its batch).
     pub fn without_early_drop(mut self) -> Self {
         self.params.early_drop = false;
+        self
+    }
+
+    /// Projects arrivals behind the other models' queued work due before them on each
+    /// shared device too (`shared.rs`), refusing more at arrival instead of at time-out.
+    pub fn with_shared_arrival(mut self) -> Self {
+        self.params.shared_arrival = true;
         self
     }
 
