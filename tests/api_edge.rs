@@ -6,9 +6,7 @@ mod api_support;
 
 use std::time::{Duration, Instant};
 
-use clockwork::api::ApiSettings;
-use clockwork::gpu::profiles;
-use clockwork::model::{BatchLatency, ModelSpec};
+use clockwork::model::ModelSpec;
 use clockwork::time::MS;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -16,17 +14,11 @@ const SLOW: &str = "/v2/models/slow/infer";
 
 /// mlp's tensors, but 10 ms per request and no batching: 100 requests a second.
 fn slow_model() -> ModelSpec {
-    let mut spec = profiles::model("mlp-small", "slow", 100 * MS).expect("built-in profile");
-    spec.profile.batches = vec![BatchLatency {
-        batch: 1,
-        latency: 10 * MS,
-    }];
-    spec
+    api_support::unbatched_mlp("slow", 100 * MS, 10 * MS)
 }
 
 async fn start() -> api_support::TestServer {
-    let config = "[[devices]]\nbackend = \"sim\"\nprofile = \"v100\"\n";
-    api_support::start_with(config, vec![slow_model()], ApiSettings::default()).await
+    api_support::start_alone(slow_model()).await
 }
 
 /// Sends until the model answers (the first requests find it cold).

@@ -9,8 +9,7 @@ mod api_support;
 use std::time::Duration;
 
 use clockwork::api::ApiSettings;
-use clockwork::gpu::profiles;
-use clockwork::model::{BatchLatency, ModelSpec};
+use clockwork::model::ModelSpec;
 use clockwork::time::MS;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -22,17 +21,11 @@ const TIGHT: &str = "/v2/models/tight/infer";
 /// refuses every request at the model's objective before reading it (a request's own,
 /// longer `slo_ms` is in the body the edge does not read).
 fn tight_model() -> ModelSpec {
-    let mut spec = profiles::model("mlp-small", "tight", 5 * MS).expect("built-in profile");
-    spec.profile.batches = vec![BatchLatency {
-        batch: 1,
-        latency: 10 * MS,
-    }];
-    spec
+    api_support::unbatched_mlp("tight", 5 * MS, 10 * MS)
 }
 
 async fn start() -> api_support::TestServer {
-    let config = "[[devices]]\nbackend = \"sim\"\nprofile = \"v100\"\n";
-    api_support::start_with(config, vec![tight_model()], ApiSettings::default()).await
+    api_support::start_alone(tight_model()).await
 }
 
 /// Sends requests with a long objective of their own until the model is loaded and the

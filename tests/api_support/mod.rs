@@ -9,9 +9,9 @@ use clockwork::actors::{Placement, Runtime, RuntimeBuilder};
 use clockwork::api::{self, status_for, Access, ApiSettings, ApiState};
 use clockwork::config::Config;
 use clockwork::gpu::profiles;
-use clockwork::model::{DataType, ModelSpec, TensorSpec};
+use clockwork::model::{BatchLatency, DataType, ModelSpec, TensorSpec};
 use clockwork::outcome::Outcome;
-use clockwork::time::{Clock, MS};
+use clockwork::time::{Clock, Nanos, MS};
 use serde_json::Value;
 
 /// One emulated V100 with `mlp` (mlp-small), `resnet` (resnet50) and `typed` (inputs of
@@ -64,6 +64,20 @@ pub fn typed_model() -> ModelSpec {
         tensor("ids", DataType::Int32, &[3]),
     ];
     spec
+}
+
+/// mlp-small's tensors under `name`, objective `slo`, one request at a time taking
+/// `latency` (no batching): a model whose capacity a test can reason about.
+pub fn unbatched_mlp(name: &str, slo: Nanos, latency: Nanos) -> ModelSpec {
+    let mut spec = profiles::model("mlp-small", name, slo).expect("built-in profile");
+    spec.profile.batches = vec![BatchLatency { batch: 1, latency }];
+    spec
+}
+
+/// Starts `model` alone on one emulated V100, and the API with default settings.
+pub async fn start_alone(model: ModelSpec) -> TestServer {
+    let config = "[[devices]]\nbackend = \"sim\"\nprofile = \"v100\"\n";
+    start_with(config, vec![model], ApiSettings::default()).await
 }
 
 /// Starts the runtime and the API with `settings`.
