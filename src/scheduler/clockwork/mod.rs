@@ -45,10 +45,6 @@ const DEVICE: u64 = 1_000_000;
 use placement::RankKey;
 use rate::RateMeter;
 
-/// Whether arrivals are projected behind other models' work by default (see
-/// `Params::shared_arrival`): off, since it lowered the load sweep's goodput past capacity.
-const SHARED_ARRIVAL: bool = false;
-
 /// Planned duration of an UNLOAD: bookkeeping only.
 const UNLOAD_ESTIMATE: Nanos = 10_000;
 
@@ -66,7 +62,8 @@ struct Params {
     /// Refuse hopeless requests early (off only for the ablation that serves them late).
     early_drop: bool,
     /// Count other models' queued work on shared devices when projecting at arrival
-    /// (`shared.rs`); off by default until it keeps the load sweep's goodput.
+    /// (`shared.rs`); off unless `with_shared_arrival`, since it lowered the load sweep's
+    /// goodput past capacity.
     shared_arrival: bool,
     /// Measurements older than this no longer hold a model's requests back: before
     /// refusing them, its estimates go back to their seeds (see `estimate::Estimator`).
@@ -95,7 +92,7 @@ impl From<&PolicyConfig> for Params {
                 lag_allowance: nanos(c.lag_allowance),
             },
             early_drop: true,
-            shared_arrival: SHARED_ARRIVAL,
+            shared_arrival: false,
             estimate_max_age: nanos(c.estimate_max_age).max(1),
             target_utilisation: c.target_utilisation.clamp(0.05, 1.0),
             learn_margins: c.learn_margins,
