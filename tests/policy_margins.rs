@@ -182,3 +182,47 @@ proptest! {
         }
     }
 }
+
+/// A device whose dispatch lag (a remote worker's half round trip, or a lag learned on a
+/// busy machine) exceeds `schedule_ahead` is still planned: the window counts from the
+/// soonest an action can start there, not from now. Otherwise nothing could ever be
+/// planned on it, and, receiving nothing, it would never report a smaller lag.
+#[test]
+fn a_lag_beyond_the_schedule_ahead_window_still_serves() {
+    let config = PolicyConfig::default();
+    let load = Load {
+        slo: 100 * MS,
+        n: 1000,
+        ..tight()
+    };
+    let mut policy = ClockworkPolicy::new(&config);
+    let lag = config.schedule_ahead.as_nanos() as Nanos * 2;
+    for device in 0..load.devices {
+        policy.add_device(DeviceInfo {
+            kind: "test".into(),
+            pages: 8,
+        });
+        policy.set_lag(DeviceId(device as u32), lag);
+    }
+    let models: Vec<(u32, ModelProfile)> =
+        (0..load.models).map(|_| (1, profile(load.base))).collect();
+    for (pages, profile) in &models {
+        policy.add_model(ModelInfo {
+            pages: *pages,
+            profile: profile.clone(),
+            by_kind: Vec::new(),
+            devices: None,
+        });
+    }
+    let pages = vec![8; load.devices];
+    let mut testbed = Testbed::new(policy, &pages, models, config.max_batch as usize);
+    let report = testbed.run(load.requests());
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!(report.late, 0, "{report:?}");
+    assert!(
+        report.completed as f64 >= 0.99 * load.n as f64,
+        "{} of {} completed: {report:?}",
+        report.completed,
+        load.n
+    );
+}

@@ -179,6 +179,15 @@ impl DeviceMirror {
         }
     }
 
+    /// Where the schedule-ahead window of this device's lanes ends: `ahead` past the
+    /// soonest an action sent now could start there (now plus its lag). Measured from now
+    /// instead, a lag beyond `ahead` (a remote worker far away, a lag learned on a busy
+    /// machine) would keep every action off the device, and a device given nothing never
+    /// reports the smaller lag that would let it back.
+    pub fn horizon(&self, now: Nanos, base: LaneTiming, ahead: Nanos) -> Nanos {
+        now + self.timing(base).expected_lag + ahead
+    }
+
     /// Margin for runs that overrun their estimates on this device: learned, or `seed`
     /// (the configured `buffer`) until then.
     pub fn buffer(&self, seed: Nanos) -> Nanos {

@@ -131,9 +131,11 @@ impl ClockworkPolicy {
         }
     }
 
-    /// Fills the device's exec lane up to `schedule_ahead` past now.
+    /// Fills the device's exec lane up to its horizon (`schedule_ahead` past the soonest
+    /// start).
     pub(super) fn schedule_infers(&mut self, device: DeviceId, now: Nanos, plan: &mut Plan) {
-        let horizon = now + self.params.schedule_ahead;
+        let (lanes, ahead) = (self.params.lanes, self.params.schedule_ahead);
+        let horizon = self.devices[device.0 as usize].horizon(now, lanes, ahead);
         loop {
             let d = &mut self.devices[device.0 as usize];
             if d.strategies.is_empty() {

@@ -54,8 +54,9 @@ impl ClockworkPolicy {
         if now < d.load_retry_at {
             return;
         }
-        let start = d.load.free_at(now, d.timing(self.params.lanes));
-        if start >= now + self.params.schedule_ahead {
+        let (lanes, ahead) = (self.params.lanes, self.params.schedule_ahead);
+        let start = d.load.free_at(now, d.timing(lanes));
+        if start >= d.horizon(now, lanes, ahead) {
             return;
         }
         let mut stale = Vec::new();

@@ -458,19 +458,21 @@ impl Policy for ClockworkPolicy {
                 }
                 // A lane needs the policy again when its planned work drops inside the
                 // schedule-ahead window, if it has something it could take.
+                // (The window ends `ahead` past the soonest start: the lag counts too.)
+                let window = ahead + device.timing(lanes).expected_lag;
                 if !device.strategies.is_empty() {
                     consider(
                         device
                             .exec
                             .free_at(now, device.timing(lanes))
-                            .saturating_sub(ahead),
+                            .saturating_sub(window),
                     );
                 }
                 if loading {
                     let free = device
                         .load
                         .free_at(now, device.timing(lanes))
-                        .saturating_sub(ahead);
+                        .saturating_sub(window);
                     consider(free.max(device.load_retry_at));
                 }
             }

@@ -94,7 +94,7 @@ impl ClockworkPolicy {
         }
         if !self.load_ranking.is_empty() {
             // The least busy device picks first, so hot models spread over devices.
-            let (lanes, horizon) = (self.params.lanes, now + self.params.schedule_ahead);
+            let (lanes, ahead) = (self.params.lanes, self.params.schedule_ahead);
             // The order is built in a kept buffer: this runs at every event.
             let mut order = std::mem::take(&mut self.load_order);
             order.clear();
@@ -105,7 +105,8 @@ impl ClockworkPolicy {
                     .filter(|(_, dev)| {
                         !(suspects && dev.suspect)
                             && now >= dev.load_retry_at
-                            && dev.load.free_at(now, dev.timing(lanes)) < horizon
+                            && dev.load.free_at(now, dev.timing(lanes))
+                                < dev.horizon(now, lanes, ahead)
                     })
                     .map(|(d, dev)| (dev.exec.free_at(now, dev.timing(lanes)), d)),
             );
