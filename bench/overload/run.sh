@@ -3,11 +3,16 @@
 # `clockwork loadgen` at 10x its capacity for 60 s over HTTP, while sample.py polls
 # readiness and samples the server's RSS; then a normal load right after. Not in CI.
 #
-#   bench/overload/run.sh [--bin PATH] [--duration S] [--factor X]
+#   bench/overload/run.sh [--bin PATH] [--duration S] [--factor X] [--perf DIR]
+#
+# --perf DIR: `perf record -g` of the server and of the load generator during the burst,
+# written to DIR/server.data and DIR/loadgen.data (read them with `perf report
+# --no-children -i ...`; they are large: delete them after).
 #
 # Prints: the capacity (a closed-loop run's in-time answers per second), the burst's
 # outcomes with refusal latency p50/p99 and accepted answers' p99, readiness during the
-# burst, RSS first/max/last, and a second of 0.5x capacity before the burst and each of the
+# burst, RSS first/max/last, the CPU the server's threads and the load generator used over
+# the burst (seconds, and microseconds per offered request), and a second of 0.5x capacity before the burst and each of the
 # five seconds after it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -15,11 +20,13 @@ root=$PWD
 bin=""
 duration=60
 factor=10
+perf_dir=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bin=$2; shift 2 ;;
         --duration) duration=$2; shift 2 ;;
         --factor) factor=$2; shift 2 ;;
+        --perf) perf_dir=$(realpath -m "$2"); mkdir -p "$perf_dir"; shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -78,11 +85,37 @@ echo "a second before (0.5x, $after/s): $(summary "$work/before")"
 
 python3 bench/overload/sample.py --base "$base" --pid "$server_pid" --stop "$work/stop" > "$work/sample.json" &
 sampler_pid=$!
-"$bin" loadgen --url "$base" --workload poisson --rate "$rate" --duration "${duration}s" --quiet --out "$work/burst" 2> /dev/null > /dev/null
+"$bin" loadgen --url "$base" --workload poisson --rate "$rate" --duration "${duration}s" --quiet --out "$work/burst" 2> /dev/null > /dev/null &
+loadgen_pid=$!
+perf_pids=""
+if [ -n "$perf_dir" ]; then
+    perf record -F 999 -g -o "$perf_dir/server.data" -p "$server_pid" -- sleep "$duration" > /dev/null 2>&1 &
+    perf_pids="$!"
+    perf record -F 999 -g -o "$perf_dir/loadgen.data" -p "$loadgen_pid" -- sleep "$duration" > /dev/null 2>&1 &
+    perf_pids="$perf_pids $!"
+fi
+# The load generator's CPU: its /proc stat, read until it exits (the last reading counts).
+loadgen_cpu=0
+while kill -0 "$loadgen_pid" 2> /dev/null; do
+    loadgen_cpu=$(awk -v t="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); print ($12 + $13) / t }' "/proc/$loadgen_pid/stat" 2> /dev/null || echo "$loadgen_cpu")
+    sleep 0.2
+done
+wait "$loadgen_pid"
 touch "$work/stop"
 wait "$sampler_pid"
 sampler_pid=
+for pid in $perf_pids; do wait "$pid" || true; done
 echo "burst: $(summary "$work/burst")"
+python3 - "$work/burst/report.json" "$loadgen_cpu" "$work/sample.json" <<'PY'
+import json, sys
+offered = json.load(open(sys.argv[1]))["policies"][0]["offered"]
+loadgen = float(sys.argv[2])
+server = json.load(open(sys.argv[3]))["server_cpu_s"]
+us = lambda s: round(s / max(offered, 1) * 1e6, 1)
+print("cpu over the burst:", json.dumps({"loadgen_s": loadgen, "server_s": server,
+      "loadgen_us_per_offered": us(loadgen), "server_us_per_offered": us(server)}))
+PY
+[ -f "$work/burst/server_timing.json" ] && echo "server-side time (Server-Timing edge): $(cat "$work/burst/server_timing.json")"
 # Where the server refused: the edge's stages, and every model's answers by outcome.
 curl -s "$base/metrics" | python3 -c '
 import collections, json, re, sys
