@@ -83,6 +83,9 @@ after=$(python3 -c "print(max(1, round($capacity / 2)))")
 "$bin" loadgen --url "$base" --workload poisson --rate "$after" --duration 1s --quiet --out "$work/before" 2> /dev/null > /dev/null
 echo "a second before (0.5x, $after/s): $(summary "$work/before")"
 
+# Connections accepted so far: the burst's own are those counted after it, less these.
+connections() { curl -s "$base/metrics" | awk '/^clockwork_http_connections_total /{print $2}'; }
+connections_before=$(connections)
 python3 bench/overload/sample.py --base "$base" --pid "$server_pid" --stop "$work/stop" > "$work/sample.json" &
 sampler_pid=$!
 "$bin" loadgen --url "$base" --workload poisson --rate "$rate" --duration "${duration}s" --quiet --out "$work/burst" 2> /dev/null > /dev/null &
@@ -129,6 +132,7 @@ print("server, since start: edge refusals by stage", json.dumps({k: int(v) for k
       "answers by outcome", json.dumps({k: int(v) for k, v in outcomes.items() if v}))'
 
 echo "during the burst: $(cat "$work/sample.json")"
+echo "connections accepted during the burst: $(( $(connections) - ${connections_before:-0} ))"
 
 # Normal load again, one second at a time: how soon it is served as before the burst.
 for second in 1 2 3 4 5; do
