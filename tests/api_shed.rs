@@ -109,9 +109,9 @@ async fn a_refused_request_is_answered_without_its_body() {
     server.stop().await;
 }
 
-/// Mutation that breaks it: `edge::discard` made a no-op, or `drain` stopping after its
-/// first chunk (actix then closes the connection after the refusal, and the next request
-/// finds it closed); `Server-Timing` left off errors in `infer::handle`.
+/// Mutation that breaks it: `edge::discard` made a no-op (actix then closes the
+/// connection after the refusal, and the next request finds it closed); `Server-Timing`
+/// left off errors in `infer::handle`.
 #[actix_web::test]
 async fn a_small_refused_body_leaves_its_connection_open() {
     let server = start().await;

@@ -3,8 +3,11 @@
 # `clockwork loadgen` at 10x its capacity for 60 s over HTTP, while sample.py polls
 # readiness and samples the server's RSS; then a normal load right after. Not in CI.
 #
-#   bench/overload/run.sh [--bin PATH] [--duration S] [--factor X] [--perf DIR]
+#   bench/overload/run.sh [--bin PATH] [--duration S] [--factor X] [--rate R] [--perf DIR]
 #
+# --rate R: the burst's rate (requests/s) instead of factor x the measured capacity: on a
+# busy machine the capacity swings from run to run, and two builds compared at one rate
+# are compared on the same load.
 # --perf DIR: `perf record -g` of the server and of the load generator during the burst,
 # written to DIR/server.data and DIR/loadgen.data (read them with `perf report
 # --no-children -i ...`; they are large: delete them after).
@@ -21,11 +24,13 @@ bin=""
 duration=60
 factor=10
 perf_dir=""
+fixed_rate=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bin=$2; shift 2 ;;
         --duration) duration=$2; shift 2 ;;
         --factor) factor=$2; shift 2 ;;
+        --rate) fixed_rate=$2; shift 2 ;;
         --perf) perf_dir=$(realpath -m "$2"); mkdir -p "$perf_dir"; shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
@@ -74,8 +79,8 @@ PY
 
 "$bin" loadgen --url "$base" --workload closed --clients 16 --duration 10s --quiet --out "$work/capacity" 2> /dev/null > /dev/null
 capacity=$(summary "$work/capacity" | python3 -c 'import json,sys; print(json.load(sys.stdin)["goodput_per_s"])')
-rate=$(python3 -c "print(round($capacity * $factor))")
-echo "capacity: $capacity answers/s in time (closed loop, 16 clients, 10 s); burst: $rate/s (${factor}x) for ${duration}s"
+rate=${fixed_rate:-$(python3 -c "print(round($capacity * $factor))")}
+echo "capacity: $capacity answers/s in time (closed loop, 16 clients, 10 s); burst: $rate/s ($(python3 -c "print(round($rate / $capacity, 1))")x) for ${duration}s"
 
 # The same normal load before the burst, the reference for "back to normal" below (the
 # same seed: the same requests to the same models).
