@@ -159,9 +159,9 @@ impl Connection {
     /// One request and its answer; `true` with it if the connection can be kept.
     async fn exchange(&mut self, request: &Bytes) -> Result<(Answer, bool), Failure> {
         self.buffer.clear();
-        if self.stream.write_all(request).await.is_err() {
-            return Err(Failure::Stale);
-        }
+        // A server that refuses before reading may answer and close while a large body
+        // is still being written: the write then fails, but the answer is there to read.
+        let written = self.stream.write_all(request).await.is_ok();
         let head = loop {
             if let Some(head) = parse_head(&self.buffer).map_err(|_| Failure::Broken)? {
                 break head;
@@ -195,7 +195,7 @@ impl Connection {
             server_timing: head.server_timing,
             body,
         };
-        Ok((answer, head.keep_alive && self.buffer.is_empty()))
+        Ok((answer, written && head.keep_alive && self.buffer.is_empty()))
     }
 }
 
@@ -289,6 +289,34 @@ mod tests {
         let chunked = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
         assert_eq!(parse_head(chunked), Err(Malformed));
         assert_eq!(parse_head(b"HTTP/1.1 abc\r\n\r\n"), Err(Malformed));
+    }
+
+    /// Mutation that breaks it: a failed write returned at once (the 503 the server sent
+    /// before closing is never read, and the request ends as `http_error`).
+    #[actix_web::test]
+    async fn an_answer_sent_before_the_body_was_taken_is_read() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        let server = actix_web::rt::spawn(async move {
+            let (mut stream, _) = listener.accept().await.expect("accept");
+            let mut head = [0u8; 256];
+            let _ = stream.read(&mut head).await;
+            let answer = "HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\n\
+                          content-length: 2\r\n\r\n{}";
+            stream.write_all(answer.as_bytes()).await.expect("answer");
+            // Closed with most of the body unread: the client's write fails.
+        });
+        let pool = Pool::new(address, Duration::from_secs(5));
+        let whole = request("h", "/v2/models/m/infer", 2, &vec![0u8; 32 << 20]);
+        let answer = pool.exchange(&whole).await.expect("the 503 is read");
+        assert_eq!((answer.status, &answer.body[..]), (503, &b"{}"[..]));
+        assert!(
+            pool.idle.borrow().is_empty(),
+            "the closed connection is not kept"
+        );
+        server.await.expect("server");
     }
 
     #[test]
