@@ -52,6 +52,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .as_ref()
         .map_or_else(default_workers, |plan| plan.workers);
     let next_worker = Arc::new(AtomicUsize::new(0));
+    let connections = connection_counter(&state)?;
     let limits = &config.server.connections;
     let server = HttpServer::new(move || {
         // Called once on each worker's thread as it starts: pin it to its front-end core.
@@ -62,6 +63,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         api::app(state.clone())
     })
     .workers(workers)
+    .on_connect(move |_, _| connections.inc())
     .disable_signals()
     .shutdown_timeout(config.server.shutdown_grace.as_secs().max(1))
     .client_request_timeout(limits.request_head_timeout)
@@ -99,6 +101,22 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     runtime.shutdown().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// `clockwork_http_connections_total`, in the API's registry: connections accepted. Under
+/// overload it tells whether refusals keep their connections (a few per client) or cost
+/// a new one each (as many as refusals), the difference between a refusal's microseconds
+/// and a reconnect's far larger cost on both sides.
+fn connection_counter(state: &ApiState) -> anyhow::Result<prometheus::IntCounter> {
+    let counter = prometheus::IntCounter::new(
+        "clockwork_http_connections_total",
+        "HTTP connections accepted (plain or TLS)",
+    )?;
+    state
+        .metrics
+        .registry()
+        .register(Box::new(counter.clone()))?;
+    Ok(counter)
 }
 
 /// The tokens (the file's, or the environment's where set) and the TLS configuration,

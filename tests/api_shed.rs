@@ -110,7 +110,8 @@ async fn a_refused_request_is_answered_without_its_body() {
 }
 
 /// Mutation that breaks it: `edge::discard` made a no-op (actix then closes the
-/// connection after the refusal, and the next request finds it closed).
+/// connection after the refusal, and the next request finds it closed); `Server-Timing`
+/// left off errors in `infer::handle`.
 #[actix_web::test]
 async fn a_small_refused_body_leaves_its_connection_open() {
     let server = start().await;
@@ -124,6 +125,8 @@ async fn a_small_refused_body_leaves_its_connection_open() {
     assert!(text.starts_with("http/1.1 503"), "{text}");
     assert!(text.contains("before_reading"), "{text}");
     assert!(!text.contains("connection: close"), "{text}");
+    // The refusal names the server's time, as a success does.
+    assert!(text.contains("server-timing: edge;dur="), "{text}");
     // The same connection carries the next request.
     stream
         .write_all(b"GET /v2/health/live HTTP/1.1\r\nHost: test\r\n\r\n")

@@ -68,6 +68,23 @@ async fn sends_only_to_the_models_it_is_given() {
     };
     assert_eq!(answered("resnet"), run.offered, "{text}");
     assert_eq!(answered("mlp"), 0, "{text}");
+    // Every answer named the server's time, beside the report.
+    let out = args(&server.base, &["resnet"], "named").out;
+    let timing = std::fs::read_to_string(out.join("server_timing.json")).expect("written");
+    let timing: serde_json::Value = serde_json::from_str(&timing).expect("json");
+    assert_eq!(timing["untimed"], 0, "{timing}");
+    let refusals: u64 = (timing["refusals"].as_object().into_iter().flatten())
+        .map(|(_, r)| r["count"].as_u64().unwrap_or(0))
+        .sum();
+    let timed = timing["successes"]["count"].as_u64().unwrap_or(0) + refusals;
+    assert_eq!(timed, run.offered, "{timing}");
+    let server = timing["successes"]["server_ms"]["p50"]
+        .as_f64()
+        .unwrap_or(0.0);
+    let client = timing["successes"]["client_ms"]["p50"]
+        .as_f64()
+        .unwrap_or(0.0);
+    assert!(server > 0.0 && server <= client, "{timing}");
 }
 
 #[actix_web::test]
@@ -80,7 +97,7 @@ async fn a_name_the_server_does_not_serve_is_refused_first() {
     assert!(error.to_string().contains("ready: "), "{error}");
 }
 
-/// Mutation that breaks it: the bound check in `loadgen::one` removed (every arrival is
+/// Mutation that breaks it: the bound check in `loadgen::admit` removed (every arrival is
 /// sent, none counted `client_overflow`), or an overflowing arrival sent all the same (the
 /// server then counts more requests than were sent).
 #[actix_web::test]

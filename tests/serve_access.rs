@@ -260,6 +260,23 @@ fn idle_and_slow_clients_do_not_hold_the_server() {
         took[took.len() / 2] < objective,
         "client latencies {took:?}"
     );
+    // Every connection was counted as accepted: the first inference, the 300 stalled,
+    // the 20 timed and this one (mutation that breaks it: `on_connect` left out in
+    // `serve::run`, the series stays at zero).
+    let metrics = answer_of(stalled(
+        &address,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    ));
+    let accepted: u64 = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("clockwork_http_connections_total ")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0);
+    assert!(accepted >= 322, "{accepted} connections counted");
     let answers: Vec<(usize, String)> = stuck
         .into_iter()
         .take(3)

@@ -3,23 +3,45 @@
 # `clockwork loadgen` at 10x its capacity for 60 s over HTTP, while sample.py polls
 # readiness and samples the server's RSS; then a normal load right after. Not in CI.
 #
-#   bench/overload/run.sh [--bin PATH] [--duration S] [--factor X]
+#   bench/overload/run.sh [--bin PATH] [--duration S] [--factor X] [--rate R]
+#                         [--max-in-flight N] [--perf DIR]
+#
+# --max-in-flight N: the burst's load generator's bound on requests outstanding (default
+# 1024, loadgen's); arrivals beyond it are `client_overflow`. When the client and server
+# together cannot keep up, the window fills and every request waits about N / (requests
+# completed per second): a smaller N trades that wait for more overflow.
+# --rate R: the burst's rate (requests/s) instead of factor x the measured capacity: on a
+# busy machine the capacity swings from run to run, and two builds compared at one rate
+# are compared on the same load.
+# --perf DIR: `perf record -g` of the server and of the load generator during the burst,
+# written to DIR/server.data and DIR/loadgen.data (read them with `perf report
+# --no-children -i ...`; they are large: delete them after).
 #
 # Prints: the capacity (a closed-loop run's in-time answers per second), the burst's
-# outcomes with refusal latency p50/p99 and accepted answers' p99, readiness during the
-# burst, RSS first/max/last, and a second of 0.5x capacity before the burst and each of the
-# five seconds after it.
+# outcomes with refusal latency p50/p99 and accepted answers' p99, the load generator's
+# server_timing.json (each kind of answer's time at the client, in the server and
+# outside it), the burst's answers per model by outcome and edge stage, readiness during
+# the burst, RSS first/max/last, the CPU the server's threads and the load generator used
+# over the burst (seconds, and microseconds per offered request), the connections accepted
+# during it, and a second of 0.5x capacity before the burst and each of the five seconds
+# after it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
 bin=""
 duration=60
 factor=10
+perf_dir=""
+fixed_rate=""
+in_flight=1024
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bin=$2; shift 2 ;;
         --duration) duration=$2; shift 2 ;;
         --factor) factor=$2; shift 2 ;;
+        --rate) fixed_rate=$2; shift 2 ;;
+        --max-in-flight) in_flight=$2; shift 2 ;;
+        --perf) perf_dir=$(realpath -m "$2"); mkdir -p "$perf_dir"; shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -67,8 +89,8 @@ PY
 
 "$bin" loadgen --url "$base" --workload closed --clients 16 --duration 10s --quiet --out "$work/capacity" 2> /dev/null > /dev/null
 capacity=$(summary "$work/capacity" | python3 -c 'import json,sys; print(json.load(sys.stdin)["goodput_per_s"])')
-rate=$(python3 -c "print(round($capacity * $factor))")
-echo "capacity: $capacity answers/s in time (closed loop, 16 clients, 10 s); burst: $rate/s (${factor}x) for ${duration}s"
+rate=${fixed_rate:-$(python3 -c "print(round($capacity * $factor))")}
+echo "capacity: $capacity answers/s in time (closed loop, 16 clients, 10 s); burst: $rate/s ($(python3 -c "print(round($rate / $capacity, 1))")x) for ${duration}s"
 
 # The same normal load before the burst, the reference for "back to normal" below (the
 # same seed: the same requests to the same models).
@@ -76,13 +98,43 @@ after=$(python3 -c "print(max(1, round($capacity / 2)))")
 "$bin" loadgen --url "$base" --workload poisson --rate "$after" --duration 1s --quiet --out "$work/before" 2> /dev/null > /dev/null
 echo "a second before (0.5x, $after/s): $(summary "$work/before")"
 
+# Connections accepted so far: the burst's own are those counted after it, less these.
+connections() { curl -s "$base/metrics" | awk '/^clockwork_http_connections_total /{print $2}'; }
+connections_before=$(connections)
+curl -s "$base/metrics" > "$work/metrics_before"
 python3 bench/overload/sample.py --base "$base" --pid "$server_pid" --stop "$work/stop" > "$work/sample.json" &
 sampler_pid=$!
-"$bin" loadgen --url "$base" --workload poisson --rate "$rate" --duration "${duration}s" --quiet --out "$work/burst" 2> /dev/null > /dev/null
+"$bin" loadgen --url "$base" --workload poisson --rate "$rate" --duration "${duration}s" --max-in-flight "$in_flight" --quiet --out "$work/burst" 2> /dev/null > /dev/null &
+loadgen_pid=$!
+perf_pids=""
+if [ -n "$perf_dir" ]; then
+    perf record -F 999 -g -o "$perf_dir/server.data" -p "$server_pid" -- sleep "$duration" > /dev/null 2>&1 &
+    perf_pids="$!"
+    perf record -F 999 -g -o "$perf_dir/loadgen.data" -p "$loadgen_pid" -- sleep "$duration" > /dev/null 2>&1 &
+    perf_pids="$perf_pids $!"
+fi
+# The load generator's CPU: its /proc stat, read until it exits (the last reading counts).
+loadgen_cpu=0
+while kill -0 "$loadgen_pid" 2> /dev/null; do
+    loadgen_cpu=$(awk -v t="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); print ($12 + $13) / t }' "/proc/$loadgen_pid/stat" 2> /dev/null || echo "$loadgen_cpu")
+    sleep 0.2
+done
+wait "$loadgen_pid"
 touch "$work/stop"
 wait "$sampler_pid"
 sampler_pid=
+for pid in $perf_pids; do wait "$pid" || true; done
 echo "burst: $(summary "$work/burst")"
+python3 - "$work/burst/report.json" "$loadgen_cpu" "$work/sample.json" <<'PY'
+import json, sys
+offered = json.load(open(sys.argv[1]))["policies"][0]["offered"]
+loadgen = float(sys.argv[2])
+server = json.load(open(sys.argv[3]))["server_cpu_s"]
+us = lambda s: round(s / max(offered, 1) * 1e6, 1)
+print("cpu over the burst:", json.dumps({"loadgen_s": loadgen, "server_s": server,
+      "loadgen_us_per_offered": us(loadgen), "server_us_per_offered": us(server)}))
+PY
+[ -f "$work/burst/server_timing.json" ] && echo "server-side time (Server-Timing edge): $(cat "$work/burst/server_timing.json")"
 # Where the server refused: the edge's stages, and every model's answers by outcome.
 curl -s "$base/metrics" | python3 -c '
 import collections, json, re, sys
@@ -96,6 +148,28 @@ print("server, since start: edge refusals by stage", json.dumps({k: int(v) for k
       "answers by outcome", json.dumps({k: int(v) for k, v in outcomes.items() if v}))'
 
 echo "during the burst: $(cat "$work/sample.json")"
+# The burst's own answers per model or pipeline: outcomes and the edge's refusals by stage.
+curl -s "$base/metrics" > "$work/metrics_after"
+python3 - "$work/metrics_before" "$work/metrics_after" <<'PY'
+import collections, re, sys
+def read(path):
+    counts = collections.Counter()
+    for line in open(path):
+        m = re.match(r'clockwork_(requests|edge_refusals)\{(.*)\} (\S+)', line)
+        if not m:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m[2]))
+        kind = labels.get("outcome") or "edge_" + labels.get("stage", "")
+        counts[(labels.get("model", "?"), kind)] += float(m[3])
+    return counts
+diff = read(sys.argv[2])
+diff.subtract(read(sys.argv[1]))
+models = sorted({model for model, _ in diff})
+for model in models:
+    row = {kind: int(v) for (m, kind), v in sorted(diff.items()) if m == model and v}
+    print(f"burst, {model}: {row}")
+PY
+echo "connections accepted during the burst: $(( $(connections) - ${connections_before:-0} ))"
 
 # Normal load again, one second at a time: how soon it is served as before the burst.
 for second in 1 2 3 4 5; do

@@ -1,9 +1,12 @@
 """Polls a running clockwork server while a burst runs: readiness (status and latency)
 every 100 ms and the server's RSS (from /proc) every second, until the file named by
---stop exists; then prints one JSON summary. Standard library only."""
+--stop exists; then prints one JSON summary, with the CPU seconds the server's threads
+used over the burst, by thread name (digits dropped: the HTTP workers, the devices, the
+controller, the decoders). Standard library only."""
 import argparse
 import json
 import os
+import re
 import time
 import urllib.error
 import urllib.request
@@ -15,6 +18,32 @@ def rss_mib(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def thread_cpu(pid):
+    """CPU seconds (user + system) of each thread of `pid`, by thread id."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+                text = stat.read()
+        except OSError:
+            continue
+        # The name is in parentheses and may hold spaces; the fields after it are fixed.
+        name = text[text.index("(") + 1:text.rindex(")")]
+        fields = text[text.rindex(")") + 2:].split()
+        cpu[tid] = (name, (int(fields[11]) + int(fields[12])) / ticks)
+    return cpu
+
+
+def cpu_by_name(before, after):
+    """CPU seconds used between two `thread_cpu` readings, summed by thread name."""
+    used = {}
+    for tid, (name, seconds) in after.items():
+        name = re.sub(r"[0-9]+", "N", name)
+        used[name] = used.get(name, 0) + seconds - before.get(tid, (name, 0))[1]
+    return {name: round(s, 2) for name, s in sorted(used.items()) if s > 0.005}
 
 
 def ready(base):
@@ -37,6 +66,7 @@ def main():
     args = parser.parse_args()
     polls, not_ready, slowest, rss = 0, 0, 0.0, []
     last_rss = 0.0
+    cpu_before, started = thread_cpu(args.pid), time.monotonic()
     while not os.path.exists(args.stop):
         code, took = ready(args.base)
         polls += 1
@@ -46,7 +76,11 @@ def main():
             rss.append(rss_mib(args.pid))
             last_rss = time.monotonic()
         time.sleep(0.1)
+    cpu = cpu_by_name(cpu_before, thread_cpu(args.pid))
     print(json.dumps({
+        "server_cpu_s": round(sum(cpu.values()), 2),
+        "server_cpu_by_thread": cpu,
+        "burst_wall_s": round(time.monotonic() - started, 2),
         "ready_polls": polls,
         "not_ready": not_ready,
         "ready_max_ms": round(slowest, 1),

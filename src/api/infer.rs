@@ -10,7 +10,7 @@
 //! can panic the handler. The latency objective is the request's `slo_ms` parameter, else
 //! the model's (the controller falls back to it).
 
-use actix_web::{post, web, HttpRequest, HttpResponse};
+use actix_web::{post, web, HttpRequest, HttpResponse, ResponseError};
 
 use std::sync::Arc;
 
@@ -95,13 +95,20 @@ pub(super) async fn handle(
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let result = run(state, model, version, request, body).await;
-    if let Err(error) = &result {
-        // Looked up for errors only: a success is counted by its model already, and the
-        // lookup (a lock and a map) is not free on every request.
-        let known = state.models.find(model, version).ok().map(|e| e.id);
-        state.metrics.api_error(error, known);
-    }
-    result
+    let Err(error) = result else {
+        return result;
+    };
+    // Looked up for errors only: a success is counted by its model already, and the
+    // lookup (a lock and a map) is not free on every request.
+    let known = state.models.find(model, version).ok().map(|e| e.id);
+    state.metrics.api_error(&error, known);
+    // An error names the server's time too: under overload a client can then tell a
+    // refusal that took microseconds here from the milliseconds it spent outside.
+    let took = state
+        .clock
+        .now()
+        .saturating_sub(edge::arrival(request, &state.clock));
+    Ok(with_server_timing(error.error_response(), took, None))
 }
 
 pub(super) async fn run(

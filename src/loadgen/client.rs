@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use awc::error::{ConnectError, SendRequestError};
 use awc::http::header::CONTENT_TYPE;
+use awc::http::Uri;
 use awc::{Client, Connector};
 use serde_json::{json, Value};
 
@@ -37,6 +38,8 @@ pub enum ClientError {
 pub struct Prepared {
     pub model: String,
     pub url: String,
+    /// `url` parsed once (awc parses a string on every request).
+    uri: Uri,
     /// The JSON header's inputs, for requests that need their own header.
     inputs: Value,
     /// The binary input data after the header, one per variant.
@@ -45,6 +48,8 @@ pub struct Prepared {
     header_length: usize,
     /// The whole bodies, one per variant.
     bodies: Vec<Bytes>,
+    /// The whole requests (head and body) for the plain HTTP/1.1 client, one per variant.
+    plain: Vec<Bytes>,
 }
 
 /// Input bodies prepared per model, sent in turn.
@@ -64,6 +69,21 @@ impl Prepared {
         let length = body.len();
         body.extend_from_slice(&self.data[variant]);
         (length, body.into())
+    }
+
+    /// The `n`-th request whole, head and body, for `h1::Pool` (built here only when
+    /// it has its own `slo`).
+    pub(super) fn whole(&self, slo: Option<Nanos>, n: u64) -> Bytes {
+        if slo.is_none() {
+            return self.plain[(n % self.plain.len() as u64) as usize].clone();
+        }
+        let (length, body) = self.body(slo, n);
+        self.request(length, &body)
+    }
+
+    fn request(&self, header_length: usize, body: &[u8]) -> Bytes {
+        let host = self.uri.authority().map_or("", |a| a.as_str());
+        super::h1::request(host, self.uri.path(), header_length, body)
     }
 }
 
@@ -141,12 +161,12 @@ impl From<Sent> for Answered {
 }
 
 /// The outcome an error answer names in its `error_type`.
-fn error_kind(answer: &Value) -> Sent {
-    let kind = answer["error_type"].as_str().unwrap_or_default();
+fn error_kind(json: &[u8]) -> Sent {
+    let kind = head(json).error_type.unwrap_or_default();
     match kind.parse::<Outcome>() {
         // A success named as an error would be a server bug: keep it visible.
         Ok(outcome) if !outcome.is_success() => Sent::Answered(outcome),
-        _ => Sent::UnknownKind(kind.to_owned()),
+        _ => Sent::UnknownKind(kind.into_owned()),
     }
 }
 
@@ -250,60 +270,129 @@ pub async fn prepare(
         .iter()
         .map(|d| Bytes::from([&header[..], d].concat()))
         .collect();
-    Ok(Prepared {
+    let url = format!("{base}/v2/models/{model}/infer");
+    let uri = url.parse::<Uri>().map_err(|e| ClientError::Http {
+        url: url.clone(),
+        message: e.to_string(),
+    })?;
+    let mut prepared = Prepared {
         model: model.to_owned(),
-        url: format!("{base}/v2/models/{model}/infer"),
+        url,
+        uri,
         inputs,
         data,
         header_length: header.len(),
         bodies,
-    })
+        plain: Vec::new(),
+    };
+    prepared.plain = (prepared.bodies.iter())
+        .map(|body| prepared.request(prepared.header_length, body))
+        .collect();
+    Ok(prepared)
 }
 
-/// Sends the `n`-th request of a prepared model, with `slo` as its objective if given.
-pub async fn send(client: &Client, request: &Prepared, slo: Option<Nanos>, n: u64) -> Sent {
+/// What one request came to at the client: how it ended and, where the answer said
+/// (`Server-Timing: edge;dur=`), how long the server held it, in microseconds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    pub sent: Sent,
+    /// The server's own time for it (`None`: no answer, or no readable header).
+    pub server_us: Option<u64>,
+}
+
+impl Reply {
+    /// No answer, and why.
+    pub(super) fn none(why: NoAnswer) -> Self {
+        Reply {
+            sent: Sent::NoAnswer(why),
+            server_us: None,
+        }
+    }
+
+    /// An answer read whole: its status, its JSON part, its `Server-Timing`, and how long
+    /// it took from sending to read.
+    pub(super) fn read(success: bool, json: &[u8], timing: Option<&str>, took: Duration) -> Self {
+        let sent = if success {
+            self::success(json, took)
+        } else {
+            error_kind(json)
+        };
+        let server_us = timing.and_then(super::timing::edge_micros);
+        Reply { sent, server_us }
+    }
+}
+
+/// Sends the `n`-th request of a prepared model with awc (HTTPS; the plain client is in
+/// `h1.rs`), with `slo` as its objective if given.
+pub(super) async fn send_awc(
+    client: &Client,
+    request: &Prepared,
+    slo: Option<Nanos>,
+    n: u64,
+) -> Reply {
     let (header_length, body) = request.body(slo, n);
     let began = std::time::Instant::now();
     let sent = client
-        .post(&request.url)
+        .post(request.uri.clone())
         .insert_header((CONTENT_TYPE, "application/octet-stream"))
-        .insert_header((HEADER_LENGTH, header_length.to_string()))
+        .insert_header((HEADER_LENGTH, header_length))
         .send_body(body)
         .await;
     let mut response = match sent {
         Ok(response) => response,
-        Err(error) => return Sent::NoAnswer(NoAnswer::of(&error)),
+        Err(error) => return Reply::none(NoAnswer::of(&error)),
     };
-    let status = response.status();
     let Ok(body) = response.body().limit(64 << 20).await else {
-        return Sent::NoAnswer(NoAnswer::Other);
+        return Reply::none(NoAnswer::Other);
     };
-    let json_length = response
-        .headers()
+    let headers = response.headers();
+    let json_length = headers
         .get(HEADER_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
         .unwrap_or(body.len())
         .min(body.len());
-    let answer: Value = serde_json::from_slice(&body[..json_length]).unwrap_or(Value::Null);
-    if !status.is_success() {
-        return error_kind(&answer);
-    }
-    Sent::Answered(success(&answer, began.elapsed()))
+    let timing = headers.get(SERVER_TIMING).and_then(|v| v.to_str().ok());
+    let success = response.status().is_success();
+    Reply::read(success, &body[..json_length], timing, began.elapsed())
+}
+
+/// The header the server names its own time in.
+const SERVER_TIMING: &str = "server-timing";
+
+/// The parts of an answer's JSON the client reads (a typed read: building a whole
+/// `serde_json::Value` of every answer cost the load generator more than it needed).
+#[derive(Default, serde::Deserialize)]
+#[serde(default)]
+struct AnswerHead<'a> {
+    #[serde(borrow)]
+    error_type: Option<std::borrow::Cow<'a, str>>,
+    parameters: AnswerParameters,
+}
+
+#[derive(Default, serde::Deserialize)]
+#[serde(default)]
+struct AnswerParameters {
+    late: Option<bool>,
+    slo_ms: Option<f64>,
+}
+
+fn head(json: &[u8]) -> AnswerHead<'_> {
+    serde_json::from_slice(json).unwrap_or_default()
 }
 
 /// A success's outcome as the client saw it: late if the server says so, or if it came
 /// after its objective (`slo_ms`, which the answer names) as timed here, from sending to
 /// the whole answer read: a request that waited in the network or in this client was
 /// still late for whoever sent it.
-fn success(answer: &Value, took: Duration) -> Outcome {
-    let parameters = &answer["parameters"];
-    let objective = parameters["slo_ms"].as_f64().map(|ms| ms / 1e3);
+fn success(json: &[u8], took: Duration) -> Sent {
+    let parameters = head(json).parameters;
+    let objective = parameters.slo_ms.map(|ms| ms / 1e3);
     let late_here = objective.is_some_and(|slo| took.as_secs_f64() > slo);
-    match parameters["late"].as_bool() {
+    Sent::Answered(match parameters.late {
         Some(true) => Outcome::Late,
         _ if late_here => Outcome::Late,
         _ => Outcome::Ok,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -336,11 +425,13 @@ mod tests {
     fn requests_take_the_variants_in_turn() {
         let prepared = Prepared {
             model: "m".into(),
-            url: "u".into(),
+            url: "http://h/u".into(),
+            uri: Uri::from_static("http://h/u"),
             inputs: json!([]),
             data: vec![vec![1], vec![2]],
             header_length: 2,
             bodies: vec![Bytes::from_static(b"{}\x01"), Bytes::from_static(b"{}\x02")],
+            plain: vec![Bytes::from_static(b"1"), Bytes::from_static(b"2")],
         };
         let body = |n| prepared.body(None, n).1;
         assert_ne!(body(0), body(1));
@@ -352,31 +443,46 @@ mod tests {
             "the same variant with its own header"
         );
         assert!(String::from_utf8_lossy(&with_slo[..length]).contains("slo_ms"));
+        assert_eq!(prepared.whole(None, 3), Bytes::from_static(b"2"));
+        let whole = prepared.whole(Some(5_000_000), 3);
+        assert!(whole.starts_with(b"POST /u HTTP/1.1\r\nhost: h\r\n"));
+        assert!(whole.ends_with(b"\x02") && String::from_utf8_lossy(&whole).contains("slo_ms"));
     }
 
     /// Mutation that breaks it: `late_here` left out (a success the client waited 10 s
     /// for counted in time, as the overload bench's did).
     #[test]
     fn a_success_is_late_if_it_came_after_its_objective_at_the_client() {
-        let answer = |late: bool| json!({"parameters": {"late": late, "slo_ms": 100.0}});
+        let answer = |late: bool| {
+            let outputs = json!([{"name": "y", "shape": [1, 10], "datatype": "FP32"}]);
+            json!({"model_name": "m", "outputs": outputs,
+                   "parameters": {"late": late, "slo_ms": 100.0, "batch_size": 2}})
+            .to_string()
+        };
         let ms = Duration::from_millis;
-        assert_eq!(success(&answer(false), ms(99)), Outcome::Ok);
-        assert_eq!(success(&answer(false), ms(101)), Outcome::Late);
+        let success = |json: &str, took| success(json.as_bytes(), took);
+        assert_eq!(success(&answer(false), ms(99)), Sent::Answered(Outcome::Ok));
+        assert_eq!(
+            success(&answer(false), ms(101)),
+            Sent::Answered(Outcome::Late)
+        );
         assert_eq!(
             success(&answer(true), ms(1)),
-            Outcome::Late,
+            Sent::Answered(Outcome::Late),
             "the server's word"
         );
         assert_eq!(
-            success(&json!({}), ms(5_000)),
-            Outcome::Ok,
+            success("{}", ms(5_000)),
+            Sent::Answered(Outcome::Ok),
             "no objective named"
         );
     }
 
     #[test]
     fn error_types_are_read_as_outcomes_and_unknown_ones_kept_by_name() {
-        let answer = |kind: &str| json!({"error": "x", "error_type": kind});
+        let json = |kind: &str| json!({"error": "x", "error_type": kind}).to_string();
+        let answer = |kind: &str| json(kind).into_bytes();
+        assert_eq!(error_kind(b"not json"), Sent::UnknownKind(String::new()));
         assert_eq!(
             error_kind(&answer("load_failed")),
             Sent::Answered(Outcome::LoadFailed)

@@ -11,6 +11,8 @@
 //! the server's `/metrics` has them.
 
 mod client;
+mod h1;
+pub mod timing;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -22,8 +24,9 @@ use actix_web::rt::task::JoinHandle;
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub use client::{
-    client, prepare, ready_models, send, ClientError, NoAnswer, Prepared, Sent, NO_ANSWER,
+    client, prepare, ready_models, ClientError, NoAnswer, Prepared, Reply, Sent, NO_ANSWER,
 };
+pub use h1::{send, Transport};
 
 use crate::report::{Recorder, Report};
 use crate::time::Nanos;
@@ -80,6 +83,8 @@ struct Tally {
     not_ok: u64,
     /// Requests sent and not yet answered.
     in_flight: usize,
+    /// Answers' time in the server against their time here.
+    timing: timing::ServerTiming,
 }
 
 type Shared = Rc<RefCell<Tally>>;
@@ -88,21 +93,26 @@ fn since(start: Instant) -> Nanos {
     start.elapsed().as_nanos() as Nanos
 }
 
-fn record(tally: &Shared, arrival: Nanos, answered: Nanos, sent: Sent) {
+fn record(tally: &Shared, arrival: Nanos, answered: Nanos, reply: Reply) {
     let mut t = tally.borrow_mut();
     t.in_flight = t.in_flight.saturating_sub(1);
-    match &sent {
+    match &reply.sent {
         Sent::Answered(outcome) if outcome.is_success() => t.ok += 1,
         _ => t.not_ok += 1,
     }
-    t.recorder.answered(arrival, answered, sent.into());
+    if let Sent::Answered(outcome) = reply.sent {
+        let client = answered.saturating_sub(arrival) / 1_000;
+        t.timing.record(outcome, client, reply.server_us);
+    }
+    t.recorder.answered(arrival, answered, reply.sent.into());
 }
 
 /// What every task of a run shares: the client, the prepared requests, the tally and the
 /// run's start (cheap to clone: reference counts and an instant).
 #[derive(Clone)]
 struct Sender {
-    http: Rc<awc::Client>,
+    /// How the inference requests go out (the index and metadata went through awc).
+    http: Rc<Transport>,
     requests: Rc<Vec<Prepared>>,
     tally: Shared,
     start: Instant,
@@ -110,30 +120,28 @@ struct Sender {
     max_in_flight: usize,
 }
 
-/// Sends one arrival and records its answer.
-async fn one(sender: Sender, arrival: Arrival) {
-    let Sender {
-        http,
-        requests,
-        tally,
-        start,
-        max_in_flight,
-    } = sender;
-    let at = since(start);
-    let n = {
-        let mut t = tally.borrow_mut();
-        t.sent += 1;
-        t.recorder.offered(at);
-        t.in_flight += 1;
-        if t.in_flight > max_in_flight {
-            drop(t);
-            return record(&tally, at, at, Sent::NoAnswer(NoAnswer::Overflow));
-        }
-        t.sent
-    };
-    let request = &requests[arrival.model as usize % requests.len()];
-    let outcome = send(&http, request, arrival.slo, n).await;
-    record(&tally, at, since(start), outcome);
+/// Counts an arrival as offered now: its time and number, or `None` (counted
+/// `client_overflow`) when `max_in_flight` requests are outstanding already.
+fn admit(sender: &Sender) -> Option<(Nanos, u64)> {
+    let at = since(sender.start);
+    let mut t = sender.tally.borrow_mut();
+    t.sent += 1;
+    t.recorder.offered(at);
+    if t.in_flight >= sender.max_in_flight {
+        t.not_ok += 1;
+        let overflow = Sent::NoAnswer(NoAnswer::Overflow);
+        t.recorder.answered(at, at, overflow.into());
+        return None;
+    }
+    t.in_flight += 1;
+    Some((at, t.sent))
+}
+
+/// Sends the `n`-th request, admitted at `at`, and records its answer.
+async fn one(sender: Sender, arrival: Arrival, at: Nanos, n: u64) {
+    let request = &sender.requests[arrival.model as usize % sender.requests.len()];
+    let reply = send(&sender.http, request, arrival.slo, n).await;
+    record(&sender.tally, at, since(sender.start), reply);
 }
 
 /// Runs the workload against the server and writes the report; must run inside an actix
@@ -162,7 +170,7 @@ pub async fn run(args: LoadgenArgs) -> Result<Report, LoadgenError> {
     params.models = names.len() as u32;
     let duration = params.duration;
     let sender = Sender {
-        http,
+        http: Rc::new(Transport::for_base(&base, args.timeout, (*http).clone())),
         requests: Rc::new(requests),
         tally: Rc::new(RefCell::new(Tally {
             recorder: Recorder::new(duration, 60, duration.min(1_000_000_000)),
@@ -170,6 +178,7 @@ pub async fn run(args: LoadgenArgs) -> Result<Report, LoadgenError> {
             ok: 0,
             not_ok: 0,
             in_flight: 0,
+            timing: timing::ServerTiming::default(),
         })),
         start: Instant::now(),
         max_in_flight: args.max_in_flight.max(1),
@@ -180,20 +189,27 @@ pub async fn run(args: LoadgenArgs) -> Result<Report, LoadgenError> {
     } else {
         open_loop(&sender, &args.workload, &params, bar.as_ref()).await?
     };
-    // Let the answers of the last requests come in, showing progress meanwhile.
-    for task in tasks {
-        while !task.is_finished() {
-            if let Some(bar) = &bar {
-                update(bar, &sender.tally, sender.start);
-            }
-            actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+    // Let the answers of the last requests come in, showing progress meanwhile (the
+    // open loop's requests are counted, not kept: a handle per request held every
+    // finished request's task in memory until the end).
+    let busy = |tasks: &[JoinHandle<()>]| {
+        sender.tally.borrow().in_flight > 0 || tasks.iter().any(|t| !t.is_finished())
+    };
+    while busy(&tasks) {
+        if let Some(bar) = &bar {
+            update(bar, &sender.tally, sender.start);
         }
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
     }
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
     let report = finish(&sender, &args, &params, base, &names);
     crate::report::write_all(&args.out, &report)?;
+    let written = sender.tally.borrow().timing.write(&args.out);
+    if let Err(error) = written {
+        tracing::warn!(%error, "cannot write server_timing.json");
+    }
     Ok(report)
 }
 
@@ -216,7 +232,9 @@ fn closed_loop(
             actix_web::rt::spawn(async move {
                 while since(sender.start) < duration {
                     let arrival = picker.borrow_mut().next_request(id, since(sender.start));
-                    one(sender.clone(), arrival).await;
+                    if let Some((at, n)) = admit(&sender) {
+                        one(sender.clone(), arrival, at, n).await;
+                    }
                     actix_web::rt::time::sleep(think).await;
                 }
             })
@@ -231,19 +249,22 @@ async fn open_loop(
     params: &WorkloadParams,
     bar: Option<&ProgressBar>,
 ) -> Result<Vec<JoinHandle<()>>, LoadgenError> {
-    let mut tasks = Vec::new();
     let mut stream = workload::open(kind, params)?;
     while let Some(arrival) = stream.next_arrival() {
         let wait = arrival.at.saturating_sub(since(sender.start));
         if wait > 0 {
             actix_web::rt::time::sleep(Duration::from_nanos(wait)).await;
         }
-        tasks.push(actix_web::rt::spawn(one(sender.clone(), arrival)));
+        // Only a request that is sent gets a task; its handle is dropped (the task runs
+        // on, detached) and `in_flight` says when all have answered.
+        if let Some((at, n)) = admit(sender) {
+            drop(actix_web::rt::spawn(one(sender.clone(), arrival, at, n)));
+        }
         if let Some(bar) = bar {
             update(bar, &sender.tally, sender.start);
         }
     }
-    Ok(tasks)
+    Ok(Vec::new())
 }
 
 /// The report of a finished run: the tally's numbers and the run's setup.

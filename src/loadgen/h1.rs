@@ -1,0 +1,331 @@
+//! A small HTTP/1.1 client for the load generator's inference requests over plain TCP.
+//!
+//! Why not awc for these: at ten times the server's capacity the load generator shares
+//! the machine's cores with the server, so its cost per request bounds what the pair can
+//! measure. awc builds a new framed codec (buffers and all) per request, copies the body
+//! into it, clones its default headers and runs a redirect layer; here a request is a
+//! buffer prepared once (head and body together: one write, no copy), and a connection
+//! keeps its read buffer from one answer to the next. HTTPS and every other call (the
+//! repository index, metadata) still go through awc.
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use actix_web::web::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::client::{send_awc, NoAnswer, Prepared, Reply};
+use crate::time::Nanos;
+
+/// How inference requests go out: this module's client over plain TCP, or awc (HTTPS,
+/// or a base URL whose address cannot be resolved here).
+pub enum Transport {
+    Plain(Pool),
+    Awc(awc::Client),
+}
+
+impl Transport {
+    /// The plain client for an `http://host:port` base, else `awc`.
+    pub fn for_base(base: &str, timeout: Duration, awc: awc::Client) -> Self {
+        use std::net::ToSocketAddrs as _;
+        let address = base
+            .strip_prefix("http://")
+            .map(|rest| rest.split('/').next().unwrap_or(rest))
+            .and_then(|authority| authority.to_socket_addrs().ok()?.next());
+        match address {
+            Some(address) => Transport::Plain(Pool::new(address, timeout)),
+            None => Transport::Awc(awc),
+        }
+    }
+}
+
+/// Sends the `n`-th request of a prepared model, with `slo` as its objective if given,
+/// and reads its answer.
+pub async fn send(transport: &Transport, request: &Prepared, slo: Option<Nanos>, n: u64) -> Reply {
+    let pool = match transport {
+        Transport::Plain(pool) => pool,
+        Transport::Awc(client) => return send_awc(client, request, slo, n).await,
+    };
+    let whole = request.whole(slo, n);
+    let began = std::time::Instant::now();
+    let answer = match pool.exchange(&whole).await {
+        Ok(answer) => answer,
+        Err(why) => return Reply::none(why),
+    };
+    let body = &answer.body;
+    let json = &body[..answer.json_length.unwrap_or(body.len()).min(body.len())];
+    let success = (200..300).contains(&answer.status);
+    let timing = answer.server_timing.as_deref();
+    Reply::read(success, json, timing, began.elapsed())
+}
+
+/// Keep-alive connections to one server, reused last in, first out.
+pub struct Pool {
+    address: SocketAddr,
+    timeout: Duration,
+    idle: RefCell<Vec<Connection>>,
+}
+
+/// One open connection and what it has read past its last answer.
+struct Connection {
+    stream: TcpStream,
+    buffer: BytesMut,
+}
+
+/// An answer as read: status, the headers the load generator looks at, and the body.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    /// `Inference-Header-Content-Length`, if given.
+    pub json_length: Option<usize>,
+    /// `Server-Timing`, if given.
+    pub server_timing: Option<String>,
+    pub body: Bytes,
+}
+
+/// Answers larger than this are not read (no answer of the API comes near it).
+const MAX_ANSWER: usize = 64 << 20;
+/// A connection's read buffer to start with: a refusal or a small answer in one read.
+const BUFFER: usize = 8 << 10;
+
+impl Pool {
+    pub fn new(address: SocketAddr, timeout: Duration) -> Self {
+        Self {
+            address,
+            timeout,
+            idle: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Sends `request` (a whole HTTP/1.1 request, head and body) and reads its answer,
+    /// within the pool's timeout. A kept connection the server closed meanwhile is
+    /// replaced by a new one once, if nothing of the answer had come.
+    pub async fn exchange(&self, request: &Bytes) -> Result<Answer, NoAnswer> {
+        let work = async {
+            let kept = self.idle.borrow_mut().pop();
+            if let Some(mut connection) = kept {
+                match connection.exchange(request).await {
+                    Ok(answer) => return self.done(connection, answer),
+                    Err(Failure::Stale) => {}
+                    Err(Failure::Broken) => return Err(NoAnswer::Other),
+                }
+            }
+            let mut connection = self.connect().await?;
+            match connection.exchange(request).await {
+                Ok(answer) => self.done(connection, answer),
+                Err(_) => Err(NoAnswer::Other),
+            }
+        };
+        tokio::time::timeout(self.timeout, work)
+            .await
+            .unwrap_or(Err(NoAnswer::Timeout))
+    }
+
+    async fn connect(&self) -> Result<Connection, NoAnswer> {
+        let stream = TcpStream::connect(self.address)
+            .await
+            .map_err(|_| NoAnswer::Connect)?;
+        // Small answers and requests go out at once, not after the peer's delayed ack.
+        stream.set_nodelay(true).map_err(|_| NoAnswer::Connect)?;
+        Ok(Connection {
+            stream,
+            buffer: BytesMut::with_capacity(BUFFER),
+        })
+    }
+
+    /// Keeps the connection for the next request unless the server is closing it.
+    fn done(
+        &self,
+        connection: Connection,
+        (answer, keep): (Answer, bool),
+    ) -> Result<Answer, NoAnswer> {
+        if keep {
+            self.idle.borrow_mut().push(connection);
+        }
+        Ok(answer)
+    }
+}
+
+/// Why an exchange failed: before any byte of the answer came on a kept connection (the
+/// server had closed it: try a new one), or otherwise.
+enum Failure {
+    Stale,
+    Broken,
+}
+
+impl Connection {
+    /// One request and its answer; `true` with it if the connection can be kept.
+    async fn exchange(&mut self, request: &Bytes) -> Result<(Answer, bool), Failure> {
+        self.buffer.clear();
+        // A server that refuses before reading may answer and close while a large body
+        // is still being written: the write then fails, but the answer is there to read.
+        let written = self.stream.write_all(request).await.is_ok();
+        let head = loop {
+            if let Some(head) = parse_head(&self.buffer).map_err(|_| Failure::Broken)? {
+                break head;
+            }
+            if self.buffer.len() > MAX_ANSWER {
+                return Err(Failure::Broken);
+            }
+            self.buffer.reserve(BUFFER);
+            let read = self.stream.read_buf(&mut self.buffer).await;
+            match read {
+                Ok(0) | Err(_) if self.buffer.is_empty() => return Err(Failure::Stale),
+                Ok(0) | Err(_) => return Err(Failure::Broken),
+                Ok(_) => {}
+            }
+        };
+        let end = head.length + head.body_length;
+        if end > MAX_ANSWER {
+            return Err(Failure::Broken);
+        }
+        while self.buffer.len() < end {
+            self.buffer.reserve(end - self.buffer.len());
+            match self.stream.read_buf(&mut self.buffer).await {
+                Ok(0) | Err(_) => return Err(Failure::Broken),
+                Ok(_) => {}
+            }
+        }
+        let body = self.buffer.split_to(end).freeze().slice(head.length..);
+        let answer = Answer {
+            status: head.status,
+            json_length: head.json_length,
+            server_timing: head.server_timing,
+            body,
+        };
+        Ok((answer, written && head.keep_alive && self.buffer.is_empty()))
+    }
+}
+
+/// What an answer's head says.
+#[derive(Debug, PartialEq, Eq)]
+struct Head {
+    /// Bytes of the head, blank line included.
+    length: usize,
+    status: u16,
+    body_length: usize,
+    json_length: Option<usize>,
+    server_timing: Option<String>,
+    keep_alive: bool,
+}
+
+/// Why an answer could not be read as this client expects.
+#[derive(Debug, PartialEq, Eq)]
+struct Malformed;
+
+/// The head at the start of `buffer`, `None` if it has not all come yet. Only what the
+/// API's answers use: a `Content-Length` body (a chunked one is refused as malformed).
+fn parse_head(buffer: &[u8]) -> Result<Option<Head>, Malformed> {
+    let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Ok(None);
+    };
+    let text = std::str::from_utf8(&buffer[..end]).map_err(|_| Malformed)?;
+    let mut lines = text.split("\r\n");
+    let status_line = lines.next().ok_or(Malformed)?;
+    let mut parts = status_line.splitn(3, ' ');
+    let version = parts.next().ok_or(Malformed)?;
+    let status = parts.next().and_then(|s| s.parse().ok()).ok_or(Malformed)?;
+    let mut head = Head {
+        length: end + 4,
+        status,
+        body_length: 0,
+        json_length: None,
+        server_timing: None,
+        keep_alive: version == "HTTP/1.1",
+    };
+    for line in lines {
+        let (name, value) = line.split_once(':').ok_or(Malformed)?;
+        let value = value.trim();
+        let number = || value.parse::<usize>().map_err(|_| Malformed);
+        match name.trim().to_ascii_lowercase().as_str() {
+            "content-length" => head.body_length = number()?,
+            "inference-header-content-length" => head.json_length = Some(number()?),
+            "server-timing" => head.server_timing = Some(value.to_owned()),
+            "connection" => head.keep_alive = !value.eq_ignore_ascii_case("close"),
+            "transfer-encoding" => return Err(Malformed),
+            _ => {}
+        }
+    }
+    Ok(Some(head))
+}
+
+/// A whole request: head and body in one buffer, sent in one write.
+pub fn request(host: &str, path: &str, header_length: usize, body: &[u8]) -> Bytes {
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/octet-stream\r\n\
+         inference-header-content-length: {header_length}\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut whole = Vec::with_capacity(head.len() + body.len());
+    whole.extend_from_slice(head.as_bytes());
+    whole.extend_from_slice(body);
+    whole.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_head_is_read_once_it_has_all_come() {
+        let answer = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 5\r\n\
+            Server-Timing: edge;dur=0.020\r\nretry-after: 1\r\n\r\nhello";
+        assert_eq!(parse_head(&answer[..40]), Ok(None));
+        let head = parse_head(answer).expect("well formed").expect("complete");
+        assert_eq!((head.status, head.body_length), (503, 5));
+        assert_eq!(head.length, answer.len() - 5);
+        assert_eq!(head.server_timing.as_deref(), Some("edge;dur=0.020"));
+        assert!(head.keep_alive);
+        assert_eq!(head.json_length, None);
+    }
+
+    #[test]
+    fn closing_and_chunked_answers_are_told_apart() {
+        let closing = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+        let head = parse_head(closing).expect("well formed").expect("complete");
+        assert!(!head.keep_alive);
+        let chunked = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+        assert_eq!(parse_head(chunked), Err(Malformed));
+        assert_eq!(parse_head(b"HTTP/1.1 abc\r\n\r\n"), Err(Malformed));
+    }
+
+    /// Mutation that breaks it: a failed write returned at once (the 503 the server sent
+    /// before closing is never read, and the request ends as `http_error`).
+    #[actix_web::test]
+    async fn an_answer_sent_before_the_body_was_taken_is_read() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        let server = actix_web::rt::spawn(async move {
+            let (mut stream, _) = listener.accept().await.expect("accept");
+            let mut head = [0u8; 256];
+            let _ = stream.read(&mut head).await;
+            let answer = "HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\n\
+                          content-length: 2\r\n\r\n{}";
+            stream.write_all(answer.as_bytes()).await.expect("answer");
+            // Closed with most of the body unread: the client's write fails.
+        });
+        let pool = Pool::new(address, Duration::from_secs(5));
+        let whole = request("h", "/v2/models/m/infer", 2, &vec![0u8; 32 << 20]);
+        let answer = pool.exchange(&whole).await.expect("the 503 is read");
+        assert_eq!((answer.status, &answer.body[..]), (503, &b"{}"[..]));
+        assert!(
+            pool.idle.borrow().is_empty(),
+            "the closed connection is not kept"
+        );
+        server.await.expect("server");
+    }
+
+    #[test]
+    fn a_request_is_its_head_then_its_body() {
+        let whole = request("h:1", "/v2/models/m/infer", 2, b"{}\x01");
+        let text = String::from_utf8_lossy(&whole);
+        assert!(text.starts_with("POST /v2/models/m/infer HTTP/1.1\r\n"));
+        assert!(text.contains("content-length: 3\r\n"));
+        assert!(text.contains("inference-header-content-length: 2\r\n"));
+        assert!(whole.ends_with(b"\r\n\r\n{}\x01"));
+    }
+}
