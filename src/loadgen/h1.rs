@@ -6,7 +6,12 @@
 //! into it, clones its default headers and runs a redirect layer; here a request is a
 //! buffer prepared once (head and body together: one write, no copy), and a connection
 //! keeps its read buffer from one answer to the next. HTTPS and every other call (the
-//! repository index, metadata) still go through awc.
+//! repository index, metadata) still go through awc. Answer heads are parsed by
+//! `httparse` (hyper's parser); only the framing around it is here. hyper's own
+//! connections (`client::conn`, a dispatcher task per connection and a channel to it)
+//! cost the load generator 31 us of CPU per request at 10,000 requests/s, against
+//! 16-18 us for this client and 33 us for awc (`bench/overload/run.sh --rate 10000`,
+//! alternated in one session; docs/RELIABILITY.md, "Overload").
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
@@ -215,37 +220,44 @@ struct Head {
 #[derive(Debug, PartialEq, Eq)]
 struct Malformed;
 
-/// The head at the start of `buffer`, `None` if it has not all come yet. Only what the
-/// API's answers use: a `Content-Length` body (a chunked one is refused as malformed).
+/// Headers an answer of the API may carry: more than it does, fewer than a hostile
+/// answer could (one with more is malformed to this client).
+const MAX_HEADERS: usize = 32;
+
+/// The head at the start of `buffer`, `None` if it has not all come yet (read by
+/// `httparse`, hyper's parser). Only what the API's answers use: a `Content-Length` body
+/// (a chunked one is refused as malformed).
 fn parse_head(buffer: &[u8]) -> Result<Option<Head>, Malformed> {
-    let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return Ok(None);
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut headers);
+    let length = match response.parse(buffer).map_err(|_| Malformed)? {
+        httparse::Status::Complete(length) => length,
+        httparse::Status::Partial => return Ok(None),
     };
-    let text = std::str::from_utf8(&buffer[..end]).map_err(|_| Malformed)?;
-    let mut lines = text.split("\r\n");
-    let status_line = lines.next().ok_or(Malformed)?;
-    let mut parts = status_line.splitn(3, ' ');
-    let version = parts.next().ok_or(Malformed)?;
-    let status = parts.next().and_then(|s| s.parse().ok()).ok_or(Malformed)?;
     let mut head = Head {
-        length: end + 4,
-        status,
+        length,
+        status: response.code.ok_or(Malformed)?,
         body_length: 0,
         json_length: None,
         server_timing: None,
-        keep_alive: version == "HTTP/1.1",
+        keep_alive: response.version == Some(1),
     };
-    for line in lines {
-        let (name, value) = line.split_once(':').ok_or(Malformed)?;
-        let value = value.trim();
+    for header in response.headers.iter() {
+        let value = std::str::from_utf8(header.value)
+            .map_err(|_| Malformed)?
+            .trim();
         let number = || value.parse::<usize>().map_err(|_| Malformed);
-        match name.trim().to_ascii_lowercase().as_str() {
-            "content-length" => head.body_length = number()?,
-            "inference-header-content-length" => head.json_length = Some(number()?),
-            "server-timing" => head.server_timing = Some(value.to_owned()),
-            "connection" => head.keep_alive = !value.eq_ignore_ascii_case("close"),
-            "transfer-encoding" => return Err(Malformed),
-            _ => {}
+        let name = header.name;
+        if name.eq_ignore_ascii_case("content-length") {
+            head.body_length = number()?;
+        } else if name.eq_ignore_ascii_case(crate::api::HEADER_LENGTH) {
+            head.json_length = Some(number()?);
+        } else if name.eq_ignore_ascii_case("server-timing") {
+            head.server_timing = Some(value.to_owned());
+        } else if name.eq_ignore_ascii_case("connection") {
+            head.keep_alive = !value.eq_ignore_ascii_case("close");
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err(Malformed);
         }
     }
     Ok(Some(head))
