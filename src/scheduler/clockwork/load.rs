@@ -155,7 +155,8 @@ impl ClockworkPolicy {
     /// order: no queued demand first, then least recently used; never a model with INFERs
     /// in flight or at least `claim` demand, nor (`by_rate`) one without surplus replicas.
     /// The costly surplus test is made only for a resident that would come first (under
-    /// overload, where loads by rate are many, it was most of the policy's time).
+    /// overload, where loads by rate are many, it was most of the policy's time), and the
+    /// demand read only for one that might.
     fn next_victim(
         &self,
         device: DeviceId,
@@ -167,6 +168,11 @@ impl ClockworkPolicy {
         let mut best: Option<((bool, Nanos, ModelId), u32)> = None;
         for (&m, r) in &d.residents {
             if !r.ready || r.infers_in_flight > 0 || chosen.contains(&m) {
+                continue;
+            }
+            // Whether it could come first at all, before its demand is read (a model's
+            // state is another cache line per resident): with no demand its key is least.
+            if best.is_some_and(|(b, _)| b <= (false, r.last_use, m)) {
                 continue;
             }
             let demand = self.models[m.0 as usize].queue.demand();
