@@ -270,3 +270,57 @@ impl ClockworkPolicy {
         self.rerank(model);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PolicyConfig;
+    use crate::gpu::profiles;
+    use crate::model::RequestId;
+    use crate::scheduler::queue::Queued;
+    use crate::scheduler::{DeviceInfo, ModelInfo, Policy};
+    use crate::time::MS;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The eviction search answers the least key (no queued demand first, then least
+        /// recently used, then id) among the ready residents with nothing in flight and
+        /// demand below the claim, in whatever order the device's map holds them: the
+        /// reads it leaves out must not change its answer.
+        #[test]
+        fn next_victim_is_the_least_eligible_resident(
+            residents in proptest::collection::vec(
+                (any::<bool>(), 0u32..2, 0u64..6, 0u64..3), 1..24),
+            claim in 1u64..4,
+        ) {
+            let mut policy = ClockworkPolicy::new(&PolicyConfig::default());
+            let (kind, pages) = ("v100".into(), 10_000);
+            policy.add_device(DeviceInfo { kind, pages });
+            let spec = profiles::model("resnet50", "r", 100 * MS).expect("built-in profile");
+            for (i, &(ready, in_flight, last_use, demand)) in residents.iter().enumerate() {
+                let profile = spec.profile.clone();
+                let info = ModelInfo { pages: 1, profile, by_kind: Vec::new(), devices: None };
+                let model = policy.add_model(info);
+                let d = &mut policy.devices[0];
+                d.reserve(model, 1, last_use);
+                let r = d.residents.get_mut(&model).expect("just reserved");
+                (r.ready, r.infers_in_flight) = (ready, in_flight);
+                for k in 0..demand {
+                    let id = RequestId(10 * i as u64 + k);
+                    let q = Queued { id, deadline: 1, latest: 1, due: 1, demand: 1, items: 1 };
+                    policy.models[i].queue.push(q);
+                }
+            }
+            let least = residents
+                .iter()
+                .enumerate()
+                .filter(|(_, &(ready, in_flight, _, demand))| {
+                    ready && in_flight == 0 && demand < claim
+                })
+                .map(|(i, &(_, _, last_use, demand))| (demand > 0, last_use, i as u32))
+                .min()
+                .map(|(_, _, i)| (ModelId(i), 1));
+            prop_assert_eq!(policy.next_victim(DeviceId(0), claim, false, &[]), least);
+        }
+    }
+}
