@@ -53,6 +53,9 @@ pub struct Lane {
     pending: VecDeque<Pending>,
     /// When the head of `pending` started (or is expected to).
     head_start: Nanos,
+    /// The planned duration of the head of `pending` (0 when empty): `free_at` is asked
+    /// of every device several times per event, and this spares it the queue's buffer.
+    head: Nanos,
     /// Sum of the planned durations in `pending`.
     planned: Nanos,
     /// When the last reported action ended: the next could not start before.
@@ -63,9 +66,10 @@ impl Lane {
     /// Predicted time this lane runs out of work.
     pub fn free_at(&self, now: Nanos, timing: LaneTiming) -> Nanos {
         let soonest = now + timing.expected_lag;
-        let Some(head) = self.pending.front().map(|p| p.expected) else {
+        if self.pending.is_empty() {
             return soonest.max(self.head_start);
-        };
+        }
+        let head = self.head;
         let mut start = self.head_start;
         if start + head + timing.lag_allowance < now {
             // The head is long overdue: it must have started later than we thought.
@@ -79,6 +83,7 @@ impl Lane {
     pub fn push(&mut self, id: ActionId, expected: Nanos, start: Nanos, sent: Nanos) {
         if self.pending.is_empty() {
             self.head_start = start;
+            self.head = expected;
         }
         self.pending.push_back(Pending { id, expected, sent });
         self.planned += expected;
@@ -92,6 +97,7 @@ impl Lane {
         self.planned -= done.expected;
         if at == 0 {
             self.head_start = end;
+            self.head = self.pending.front().map_or(0, |p| p.expected);
         }
         let could_start = done.sent.max(self.last_end);
         self.last_end = self.last_end.max(end);
@@ -147,8 +153,12 @@ pub struct DeviceMirror {
     /// Its own delay before its executor sees an action (a remote worker's one-way trip,
     /// `Policy::set_lag`): a floor under the lag it learns.
     pub lag: Nanos,
-    /// Its lag and overruns as its INFER reports show them.
-    pub margins: Margins,
+    /// Its lag and overruns as its INFER reports show them (private: `learned_lag` is
+    /// kept from them as they learn, see [`Self::margins`]).
+    margins: Margins,
+    /// The lag `margins` answer once warm, kept here when they learn: `timing` is read for
+    /// every device several times per event, and the margins lie on other cache lines.
+    learned_lag: Option<Nanos>,
 }
 
 impl DeviceMirror {
@@ -166,6 +176,7 @@ impl DeviceMirror {
             suspect: false,
             gone: false,
             lag: 0,
+            learned_lag: margins.learned_lag(),
             margins,
         }
     }
@@ -174,7 +185,7 @@ impl DeviceMirror {
     /// learned), never below the lag it was told (`Policy::set_lag`).
     pub fn timing(&self, base: LaneTiming) -> LaneTiming {
         LaneTiming {
-            expected_lag: self.margins.lag(base.expected_lag).max(self.lag),
+            expected_lag: self.learned_lag.unwrap_or(base.expected_lag).max(self.lag),
             ..base
         }
     }
@@ -186,6 +197,11 @@ impl DeviceMirror {
     /// reports the smaller lag that would let it back.
     pub fn horizon(&self, now: Nanos, base: LaneTiming, ahead: Nanos) -> Nanos {
         now + self.timing(base).expected_lag + ahead
+    }
+
+    /// What its reports taught it so far.
+    pub fn margins(&self) -> &Margins {
+        &self.margins
     }
 
     /// Margin for runs that overrun their estimates on this device: learned, or `seed`
@@ -209,6 +225,7 @@ impl DeviceMirror {
         let planned = lane.complete(id, end);
         if let (true, true, Some(p), Some(m)) = (learn, exec, planned, measured) {
             self.margins.learn((p.could_start, p.expected), m, now);
+            self.learned_lag = self.margins.learned_lag();
         }
     }
 

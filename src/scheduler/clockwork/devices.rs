@@ -20,7 +20,7 @@ impl ClockworkPolicy {
     pub(super) fn rewiden_buffer(&mut self) {
         let seed = self.params.buffer;
         let live = || self.devices.iter().filter(|d| !d.gone);
-        self.learned = live().all(|d| d.margins.warm()) && live().next().is_some();
+        self.learned = live().all(|d| d.margins().warm()) && live().next().is_some();
         self.buffer = live().map(|d| d.buffer(seed)).max().unwrap_or(seed);
     }
 

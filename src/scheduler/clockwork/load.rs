@@ -156,7 +156,8 @@ impl ClockworkPolicy {
     /// order: no queued demand first, then least recently used; never a model with INFERs
     /// in flight or at least `claim` demand, nor (`by_rate`) one without surplus replicas.
     /// The costly surplus test is made only for a resident that would come first (under
-    /// overload, where loads by rate are many, it was most of the policy's time).
+    /// overload, where loads by rate are many, it was most of the policy's time), and the
+    /// demand read only for one that might.
     fn next_victim(
         &self,
         device: DeviceId,
@@ -168,6 +169,11 @@ impl ClockworkPolicy {
         let mut best: Option<((bool, Nanos, ModelId), u32)> = None;
         for (&m, r) in &d.residents {
             if !r.ready || r.infers_in_flight > 0 || chosen.contains(&m) {
+                continue;
+            }
+            // Whether it could come first at all, before its demand is read (a model's
+            // state is another cache line per resident): with no demand its key is least.
+            if best.is_some_and(|(b, _)| b <= (false, r.last_use, m)) {
                 continue;
             }
             let demand = self.models[m.0 as usize].queue.demand();
@@ -263,5 +269,59 @@ impl ClockworkPolicy {
         let m = &mut self.models[model.0 as usize];
         m.ready_on.retain(|&d| d != device);
         self.rerank(model);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PolicyConfig;
+    use crate::gpu::profiles;
+    use crate::model::RequestId;
+    use crate::scheduler::queue::Queued;
+    use crate::scheduler::{DeviceInfo, ModelInfo, Policy};
+    use crate::time::MS;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The eviction search answers the least key (no queued demand first, then least
+        /// recently used, then id) among the ready residents with nothing in flight and
+        /// demand below the claim, in whatever order the device's map holds them: the
+        /// reads it leaves out must not change its answer.
+        #[test]
+        fn next_victim_is_the_least_eligible_resident(
+            residents in proptest::collection::vec(
+                (any::<bool>(), 0u32..2, 0u64..6, 0u64..3), 1..24),
+            claim in 1u64..4,
+        ) {
+            let mut policy = ClockworkPolicy::new(&PolicyConfig::default());
+            let (kind, pages) = ("v100".into(), 10_000);
+            policy.add_device(DeviceInfo { kind, pages });
+            let spec = profiles::model("resnet50", "r", 100 * MS).expect("built-in profile");
+            for (i, &(ready, in_flight, last_use, demand)) in residents.iter().enumerate() {
+                let profile = spec.profile.clone();
+                let info = ModelInfo { pages: 1, profile, by_kind: Vec::new(), devices: None };
+                let model = policy.add_model(info);
+                let d = &mut policy.devices[0];
+                d.reserve(model, 1, last_use);
+                let r = d.residents.get_mut(&model).expect("just reserved");
+                (r.ready, r.infers_in_flight) = (ready, in_flight);
+                for k in 0..demand {
+                    let id = RequestId(10 * i as u64 + k);
+                    let q = Queued { id, deadline: 1, latest: 1, due: 1, demand: 1, items: 1 };
+                    policy.models[i].queue.push(q);
+                }
+            }
+            let least = residents
+                .iter()
+                .enumerate()
+                .filter(|(_, &(ready, in_flight, _, demand))| {
+                    ready && in_flight == 0 && demand < claim
+                })
+                .map(|(i, &(_, _, last_use, demand))| (demand > 0, last_use, i as u32))
+                .min()
+                .map(|(_, _, i)| (ModelId(i), 1));
+            prop_assert_eq!(policy.next_victim(DeviceId(0), claim, false, &[]), least);
+        }
     }
 }

@@ -371,8 +371,12 @@ impl Policy for ClockworkPolicy {
         let measured = outcome.result.as_ref().ok();
         let learn = self.params.learn_margins;
         let device = &mut self.devices[flight.device.0 as usize];
+        let taught = |d: &DeviceMirror| (d.margins().warm(), d.buffer(self.params.buffer));
+        let before = taught(device);
         device.reported((outcome.action, exec), measured, now, learn);
-        if exec && learn && measured.is_some() {
+        if taught(device) != before {
+            // Only a device's own buffer and warmth enter the widest (most reports
+            // change neither).
             self.rewiden_buffer();
         }
         match flight.work {
@@ -436,48 +440,7 @@ impl Policy for ClockworkPolicy {
     }
 
     fn next_wakeup(&self, now: Nanos) -> Option<Nanos> {
-        let mut wake = self.expiries.peek().map(|Reverse((t, _))| *t);
-        let mut consider = |at: Nanos| {
-            if at > now {
-                wake = Some(wake.map_or(at, |w| w.min(at)));
-            }
-        };
-        if self.queued > 0 {
-            let (ahead, lanes) = (self.params.schedule_ahead, self.params.lanes);
-            // Only waiting requests are worth waking for: models wanted by rate or for
-            // preloading are looked at when anything else happens (often, under traffic),
-            // and time alone rarely makes room for them.
-            let loading = self
-                .load_ranking
-                .last()
-                .is_some_and(|((want, _, _), _)| *want == placement::Want::Queued);
-            let suspects = self.suspects > 0;
-            for device in &self.devices {
-                if suspects && device.suspect {
-                    continue;
-                }
-                // A lane needs the policy again when its planned work drops inside the
-                // schedule-ahead window, if it has something it could take.
-                // (The window ends `ahead` past the soonest start: the lag counts too.)
-                let window = ahead + device.timing(lanes).expected_lag;
-                if !device.strategies.is_empty() {
-                    consider(
-                        device
-                            .exec
-                            .free_at(now, device.timing(lanes))
-                            .saturating_sub(window),
-                    );
-                }
-                if loading {
-                    let free = device
-                        .load
-                        .free_at(now, device.timing(lanes))
-                        .saturating_sub(window);
-                    consider(free.max(device.load_retry_at));
-                }
-            }
-        }
-        wake.map(|w| w.max(now + 1))
+        self.wakeup(now)
     }
 
     fn view(&self, model: ModelId, now: Nanos) -> Option<super::view::ModelView> {

@@ -1,5 +1,6 @@
 //! The policy's planning steps behind its entry points: filling the devices' lanes in
-//! order, recording planned actions, and applying the report of an INFER.
+//! order, when to be called again, recording planned actions, and applying the report of
+//! an INFER.
 
 use super::*;
 
@@ -82,6 +83,46 @@ impl ClockworkPolicy {
                 self.withdrawn.remove(&q.id);
             });
         }
+    }
+
+    /// `Policy::next_wakeup`: the first armed expiry, or the first moment a lane with
+    /// something to take drops inside the schedule-ahead window.
+    pub(super) fn wakeup(&self, now: Nanos) -> Option<Nanos> {
+        let mut wake = self.expiries.peek().map(|Reverse((t, _))| *t);
+        let mut consider = |at: Nanos| {
+            if at > now {
+                wake = Some(wake.map_or(at, |w| w.min(at)));
+            }
+        };
+        if self.queued > 0 {
+            let (ahead, lanes) = (self.params.schedule_ahead, self.params.lanes);
+            // Only waiting requests are worth waking for: models wanted by rate or for
+            // preloading are looked at when anything else happens (often, under traffic),
+            // and time alone rarely makes room for them.
+            let loading = self
+                .load_ranking
+                .last()
+                .is_some_and(|((want, _, _), _)| *want == placement::Want::Queued);
+            let suspects = self.suspects > 0;
+            for device in &self.devices {
+                if suspects && device.suspect {
+                    continue;
+                }
+                // A lane needs the policy again when its planned work drops inside the
+                // schedule-ahead window, if it has something it could take. (The window
+                // ends `ahead` past the soonest start: the lag counts too.)
+                let timing = device.timing(lanes);
+                let window = ahead + timing.expected_lag;
+                if !device.strategies.is_empty() {
+                    consider(device.exec.free_at(now, timing).saturating_sub(window));
+                }
+                if loading {
+                    let free = device.load.free_at(now, timing).saturating_sub(window);
+                    consider(free.max(device.load_retry_at));
+                }
+            }
+        }
+        wake.map(|w| w.max(now + 1))
     }
 
     /// Fills exec lanes, then load lanes.
