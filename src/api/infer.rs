@@ -18,18 +18,17 @@ use tokio::sync::oneshot;
 
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 
-use super::binary::HEADER_LENGTH;
+use super::binary::HEADER_LENGTH_NAME;
 use super::body::{decode_body, respond, Answer, Decoded};
 use super::decode::{self, PoolError};
 use super::edge::{self, FrontKey, Outlook, Phase, Stage};
 use super::error::{ApiError, ErrorBody};
 use super::metrics::Metrics;
 use super::models::Entry;
-use super::pipelines::pipeline_spec;
+pub(super) use super::target::Target;
 use super::v2::{AnswerParameters, InferRequest, InferResponse};
 use super::ApiState;
 use crate::actors::messages::{Edge, InferError, Inferred, Submit};
-use crate::actors::pipeline_table::Served;
 use crate::model::{ModelId, ModelSpec};
 use crate::scheduler::view::{judge, Admission};
 use crate::tensor::Tensor;
@@ -145,79 +144,14 @@ pub(super) async fn run(
 
 /// The one header decoding reads (Triton's binary extension's header length), in a map of
 /// its own: the decoding job may run on another thread, and copying every header of every
-/// request for it cost more than the decoding of a small body.
+/// request for it cost more than the decoding of a small body. Without that header the map
+/// stays empty, which allocates nothing.
 fn binary_header(request: &HttpRequest) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    let value = request.headers().get(HEADER_LENGTH);
-    // The name is valid (a constant): `from_bytes` only lowercases it.
-    if let (Some(value), Ok(name)) = (value, HeaderName::from_bytes(HEADER_LENGTH.as_bytes())) {
-        headers.insert(name, value.clone());
+    if let Some(value) = request.headers().get(HEADER_LENGTH_NAME) {
+        headers.insert(HEADER_LENGTH_NAME, value.clone());
     }
     headers
-}
-
-/// What a request at a model's path is for.
-#[derive(Clone)]
-pub(super) enum Target {
-    Model(Arc<Entry>),
-    Pipeline {
-        served: Arc<Served>,
-        /// The pipeline described as a model: what its body decodes against.
-        spec: Arc<ModelSpec>,
-        /// Its name, the key of its front-end times and metrics.
-        name: Arc<str>,
-        /// The model of its first stage, whose admission view judges the request before
-        /// its body is read (`None`: left to the pipeline's stages).
-        first: Option<ModelId>,
-    },
-}
-
-impl Target {
-    /// The pipeline or the ready model of that name; an unloaded pipeline is unavailable,
-    /// as an unloaded model is.
-    pub(super) fn find(
-        state: &ApiState,
-        name: &str,
-        version: Option<&str>,
-    ) -> Result<Self, ApiError> {
-        let Some(served) = state.pipelines.get(name) else {
-            super::pipelines::refuse_unloaded(state, name)?;
-            return Ok(Target::Model(state.models.ready(name, version)?));
-        };
-        super::pipelines::check_version(&served, version)?;
-        let p = &served.pipeline;
-        let first = p.roots().next().map(|s| p.stages[s].model.as_str());
-        let first = first.and_then(|m| state.models.find(m, None).ok());
-        Ok(Target::Pipeline {
-            spec: Arc::new(pipeline_spec(p)),
-            name: p.name.as_str().into(),
-            first: first.map(|e| e.id),
-            served,
-        })
-    }
-
-    /// What its body decodes against.
-    pub(super) fn spec(&self) -> &ModelSpec {
-        match self {
-            Target::Model(entry) => &entry.spec,
-            Target::Pipeline { spec, .. } => spec,
-        }
-    }
-
-    fn key(&self) -> FrontKey {
-        match self {
-            Target::Model(entry) => FrontKey::Model(entry.id),
-            Target::Pipeline { name, .. } => FrontKey::Pipeline(Arc::clone(name)),
-        }
-    }
-
-    /// Whose admission view judges it before reading.
-    fn view(&self) -> Option<ModelId> {
-        match self {
-            Target::Model(entry) => Some(entry.id),
-            Target::Pipeline { first, .. } => *first,
-        }
-    }
 }
 
 /// A decoded request to a model: one [`Submit`] to the controller, its answer.
@@ -490,16 +424,21 @@ fn with_server_timing(
     edge: Nanos,
     exec: Option<Nanos>,
 ) -> HttpResponse {
-    use std::fmt::Write;
+    use std::io::Write;
     let ms = |t: Nanos| t as f64 / 1e6;
-    // One buffer, written in place (writing to a String cannot fail).
-    let mut value = String::with_capacity(48);
-    let _ = write!(value, "edge;dur={:.3}", ms(edge));
+    // Written on the stack and copied once into the header (a String was a second
+    // allocation); 64 bytes hold both durations up to 10^12 ms, past which it is left out.
+    let mut buffer = [0u8; 64];
+    let mut value = &mut buffer[..];
+    let mut written = write!(value, "edge;dur={:.3}", ms(edge));
     if let Some(exec) = exec {
-        let _ = write!(value, ", exec;dur={:.3}", ms(exec));
+        written = written.and_then(|()| write!(value, ", exec;dur={:.3}", ms(exec)));
     }
-    if let Ok(value) = HeaderValue::from_str(&value) {
-        response.headers_mut().insert(SERVER_TIMING, value);
+    let length = 64 - value.len();
+    if written.is_ok() {
+        if let Ok(value) = HeaderValue::from_bytes(&buffer[..length]) {
+            response.headers_mut().insert(SERVER_TIMING, value);
+        }
     }
     response
 }

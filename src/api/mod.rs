@@ -37,6 +37,7 @@ pub mod openapi;
 mod pipelines;
 mod repository;
 mod shed;
+mod target;
 mod v2;
 
 use std::collections::BTreeMap;
