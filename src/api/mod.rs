@@ -36,6 +36,7 @@ mod models;
 pub mod openapi;
 mod pipelines;
 mod repository;
+mod server_timing;
 mod shed;
 mod target;
 mod v2;
