@@ -6,7 +6,7 @@
 //! answered, an action sent or reported); readers take a copy under a read lock. The rule
 //! that reads a view is [`crate::scheduler::view::judge`], pure.
 
-use std::sync::RwLock;
+use std::sync::{Mutex, RwLock};
 
 use crate::model::ModelId;
 use crate::scheduler::view::ModelView;
@@ -17,6 +17,10 @@ use crate::time::Nanos;
 #[derive(Debug, Default)]
 pub struct AdmissionTable {
     views: RwLock<Vec<Option<ModelView>>>,
+    /// The fresh views of one refresh, asked for before the write lock is taken (readers
+    /// never wait on the policy); kept between refreshes, since a new list each step was
+    /// an allocation per request. Only the controller refreshes: never contended.
+    fresh: Mutex<Vec<(usize, Option<ModelView>)>>,
 }
 
 impl AdmissionTable {
@@ -33,12 +37,15 @@ impl AdmissionTable {
         }
         touched.sort_unstable();
         touched.dedup();
-        let fresh: Vec<(usize, Option<ModelView>)> = touched
-            .drain(..)
-            .map(|m| (m.0 as usize, policy.view(m, now)))
-            .collect();
+        let mut fresh = self.fresh.lock().unwrap_or_else(|e| e.into_inner());
+        fresh.clear();
+        fresh.extend(
+            touched
+                .drain(..)
+                .map(|m| (m.0 as usize, policy.view(m, now))),
+        );
         let mut views = self.views.write().unwrap_or_else(|e| e.into_inner());
-        for (at, view) in fresh {
+        for (at, view) in fresh.drain(..) {
             if views.len() <= at {
                 views.resize(at + 1, None);
             }

@@ -6,7 +6,7 @@
 //! outputs does the same the other way: JSON header, then each binary output's bytes in
 //! the order of the outputs, and the header says where the JSON ends.
 
-use actix_web::http::header::{HeaderMap, CONTENT_TYPE};
+use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
 use actix_web::web::Bytes;
 use actix_web::HttpResponse;
 
@@ -15,9 +15,19 @@ use super::error::ApiError;
 /// Header naming the length of the JSON part of a body.
 pub const HEADER_LENGTH: &str = "Inference-Header-Content-Length";
 
+/// [`HEADER_LENGTH`] as a header name made at compile time (lowercase, as HTTP/1 maps
+/// keep names): making it from the text allocated on every request.
+pub const HEADER_LENGTH_NAME: HeaderName =
+    HeaderName::from_static("inference-header-content-length");
+
+/// The content types of answers, made at compile time (from a `&str` each answer
+/// allocated a copy).
+const JSON: HeaderValue = HeaderValue::from_static("application/json");
+const OCTETS: HeaderValue = HeaderValue::from_static("application/octet-stream");
+
 /// Splits a request body into its JSON header and the binary data after it.
 pub fn split(headers: &HeaderMap, body: Bytes) -> Result<(Bytes, Bytes), ApiError> {
-    let Some(value) = headers.get(HEADER_LENGTH) else {
+    let Some(value) = headers.get(HEADER_LENGTH_NAME) else {
         return Ok((body, Bytes::new()));
     };
     let length = value
@@ -85,7 +95,7 @@ impl Sections {
 pub fn respond(json: Vec<u8>, binary: Vec<Bytes>) -> HttpResponse {
     if binary.is_empty() {
         return HttpResponse::Ok()
-            .insert_header((CONTENT_TYPE, "application/json"))
+            .insert_header((CONTENT_TYPE, JSON))
             .body(json);
     }
     let header_length = json.len();
@@ -96,8 +106,8 @@ pub fn respond(json: Vec<u8>, binary: Vec<Bytes>) -> HttpResponse {
         body.extend_from_slice(section);
     }
     HttpResponse::Ok()
-        .insert_header((CONTENT_TYPE, "application/octet-stream"))
-        .insert_header((HEADER_LENGTH, header_length.to_string()))
+        .insert_header((CONTENT_TYPE, OCTETS))
+        .insert_header((HEADER_LENGTH_NAME, header_length))
         .body(body)
 }
 

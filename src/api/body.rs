@@ -10,10 +10,11 @@ use actix_web::http::header::HeaderMap;
 use super::binary::{self, Sections};
 use super::codec;
 use super::error::ApiError;
-use super::v2::{self, AnswerParameters, InferRequest, InferResponse, Parameters, ResponseOutput};
+use super::v2::{self, AnswerParameters, Elements, InferRequest, Parameters};
 use crate::model::{DataType, ModelSpec};
 use crate::tensor::Tensor;
 use crate::time::Nanos;
+use serde::{Serialize, Serializer};
 
 /// A request body turned into what the controller takes.
 pub(super) struct Decoded {
@@ -274,6 +275,7 @@ pub(super) fn respond(
 ) -> HttpResponse {
     let mut outputs = Vec::with_capacity(wanted.len());
     let mut binary = Vec::new();
+    let mut elements = 0;
     for want in wanted {
         // The device gives every declared output; one it did not give is left out
         // rather than invented.
@@ -281,35 +283,84 @@ pub(super) fn respond(
             tracing::warn!(model = %spec.name, output = %want.name, "device gave no such output");
             continue;
         };
-        let leading = batched.leading().map(|n| n as usize);
-        let shape = leading.into_iter().chain(tensor.shape.iter().copied());
-        let shape = shape.collect();
         let mut parameters = Parameters::new();
         let data = if want.binary {
             parameters.insert("binary_data_size".into(), tensor.data.len().into());
             binary.push(web::Bytes::copy_from_slice(&tensor.data));
             None
         } else {
+            elements += tensor.data.len();
             Some(codec::to_json(tensor.datatype, &tensor.data))
         };
-        outputs.push(ResponseOutput {
-            name: tensor.name.clone(),
-            datatype: v2::datatype_name(tensor.datatype).to_owned(),
-            shape,
+        outputs.push(OutputText {
+            name: &tensor.name,
+            datatype: v2::datatype_name(tensor.datatype),
+            shape: Shape {
+                leading: batched.leading().map(|n| n as usize),
+                dims: &tensor.shape,
+            },
             parameters,
             data,
         });
     }
-    let response = InferResponse {
-        model_name: spec.name.clone(),
-        model_version: spec.version.to_string(),
+    let response = ResponseText {
+        model_name: &spec.name,
+        model_version: spec.version,
         id,
         parameters,
         outputs,
     };
+    // Sized for the usual answer (a few hundred bytes of names and parameters, a few
+    // characters per element): grown from empty it was reallocated several times.
+    let mut json = Vec::with_capacity(256 + 4 * elements);
     // Serialising plain data into a Vec cannot fail; keep an answer even if it did.
-    let json = serde_json::to_vec(&response).unwrap_or_else(|_| b"{}".to_vec());
+    if serde_json::to_writer(&mut json, &response).is_err() {
+        json = b"{}".to_vec();
+    }
     binary::respond(json, binary)
+}
+
+/// [`v2::InferResponse`] as an answer writes it: the same fields, in the same order, with the
+/// same JSON text, but borrowing the model's and tensors' names (an owned response cloned
+/// four Strings per answer).
+#[derive(Serialize)]
+struct ResponseText<'a> {
+    model_name: &'a str,
+    #[serde(serialize_with = "as_text")]
+    model_version: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
+    parameters: AnswerParameters,
+    outputs: Vec<OutputText<'a>>,
+}
+
+/// [`v2::ResponseOutput`] as an answer writes it (see [`ResponseText`]).
+#[derive(Serialize)]
+struct OutputText<'a> {
+    name: &'a str,
+    datatype: &'static str,
+    shape: Shape<'a>,
+    #[serde(skip_serializing_if = "Parameters::is_empty")]
+    parameters: Parameters,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<Elements>,
+}
+
+/// An output's shape: the client's batch dimension, if it sent one, then the tensor's.
+struct Shape<'a> {
+    leading: Option<usize>,
+    dims: &'a [usize],
+}
+
+impl Serialize for Shape<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.leading.iter().chain(self.dims))
+    }
+}
+
+/// A number as a JSON string, written without a String of its own.
+fn as_text<S: Serializer>(number: &u64, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(number)
 }
 
 /// A model's or a pipeline's answer, before a protocol encodes it, and what the front end
@@ -324,4 +375,76 @@ pub(super) struct Answer {
     pub(super) ended: Nanos,
     /// Its batch's run time (`None` for a pipeline: its stages ran many batches).
     pub(super) exec: Option<Nanos>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::v2::{InferResponse, ResponseOutput};
+
+    /// The borrowed answer writes the text the protocol's owned one does. Mutation that
+    /// breaks it: `shape` before `datatype` in `OutputText`, or the version as a number.
+    #[test]
+    fn the_borrowed_answer_writes_the_protocols_text() {
+        let parameters = AnswerParameters {
+            batch_size: Some(2),
+            slo_ms: 12.5,
+            ..Default::default()
+        };
+        let mut binary = Parameters::new();
+        binary.insert("binary_data_size".into(), 8.into());
+        let data = Some(Elements::Float(vec![1.5, -2.0]));
+        let owned = InferResponse {
+            model_name: "m".into(),
+            model_version: "7".into(),
+            id: Some("r1".into()),
+            parameters: parameters.clone(),
+            outputs: vec![
+                ResponseOutput {
+                    name: "y".into(),
+                    datatype: "FP32".into(),
+                    shape: vec![2, 1],
+                    parameters: Parameters::new(),
+                    data: data.clone(),
+                },
+                ResponseOutput {
+                    name: "z".into(),
+                    datatype: "INT32".into(),
+                    shape: vec![2],
+                    parameters: binary.clone(),
+                    data: None,
+                },
+            ],
+        };
+        let borrowed = ResponseText {
+            model_name: "m",
+            model_version: 7,
+            id: Some("r1".into()),
+            parameters,
+            outputs: vec![
+                OutputText {
+                    name: "y",
+                    datatype: "FP32",
+                    shape: Shape {
+                        leading: Some(2),
+                        dims: &[1],
+                    },
+                    parameters: Parameters::new(),
+                    data,
+                },
+                OutputText {
+                    name: "z",
+                    datatype: "INT32",
+                    shape: Shape {
+                        leading: None,
+                        dims: &[2],
+                    },
+                    parameters: binary,
+                    data: None,
+                },
+            ],
+        };
+        let text = serde_json::to_string(&borrowed).unwrap();
+        assert_eq!(text, serde_json::to_string(&owned).unwrap());
+    }
 }

@@ -16,20 +16,20 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
-use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+use actix_web::http::header::HeaderMap;
 
-use super::binary::HEADER_LENGTH;
+use super::binary::HEADER_LENGTH_NAME;
 use super::body::{decode_body, respond, Answer, Decoded};
 use super::decode::{self, PoolError};
 use super::edge::{self, FrontKey, Outlook, Phase, Stage};
 use super::error::{ApiError, ErrorBody};
 use super::metrics::Metrics;
 use super::models::Entry;
-use super::pipelines::pipeline_spec;
+use super::server_timing::with_server_timing;
+pub(super) use super::target::Target;
 use super::v2::{AnswerParameters, InferRequest, InferResponse};
 use super::ApiState;
 use crate::actors::messages::{Edge, InferError, Inferred, Submit};
-use crate::actors::pipeline_table::Served;
 use crate::model::{ModelId, ModelSpec};
 use crate::scheduler::view::{judge, Admission};
 use crate::tensor::Tensor;
@@ -120,17 +120,20 @@ pub(super) async fn run(
 ) -> Result<HttpResponse, ApiError> {
     let target = Target::find(state, model, version)?;
     let front = Front::new(state, &target, edge::arrival(request, &state.clock));
-    if let Err(refused) = front.admit_before_reading() {
-        // Refused without reading or decoding it; a small body is taken off the
-        // connection so that it can carry the client's next request.
-        edge::discard(request, body).await;
-        return Err(refused);
-    }
-    let body = front.read(body).await?;
+    let judged = match front.admit_before_reading() {
+        Ok(judged) => judged,
+        Err(refused) => {
+            // Refused without reading or decoding it; a small body is taken off the
+            // connection so that it can carry the client's next request.
+            edge::discard(request, body).await;
+            return Err(refused);
+        }
+    };
+    let (body, read) = front.read(body, judged).await?;
     let headers = binary_header(request);
     let small = body.len() <= decode::INLINE_DECODE_BYTES;
     let job = move |spec: &ModelSpec| decode_body(spec, &headers, body);
-    let decoded = front.decode(small, job).await?;
+    let decoded = front.decode(small, read, job).await?;
     let delivered = front
         .answer(decoded, |spec, decoded, answer| {
             respond(
@@ -152,79 +155,14 @@ pub(super) async fn run(
 
 /// The one header decoding reads (Triton's binary extension's header length), in a map of
 /// its own: the decoding job may run on another thread, and copying every header of every
-/// request for it cost more than the decoding of a small body.
+/// request for it cost more than the decoding of a small body. Without that header the map
+/// stays empty, which allocates nothing.
 fn binary_header(request: &HttpRequest) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    let value = request.headers().get(HEADER_LENGTH);
-    // The name is valid (a constant): `from_bytes` only lowercases it.
-    if let (Some(value), Ok(name)) = (value, HeaderName::from_bytes(HEADER_LENGTH.as_bytes())) {
-        headers.insert(name, value.clone());
+    if let Some(value) = request.headers().get(HEADER_LENGTH_NAME) {
+        headers.insert(HEADER_LENGTH_NAME, value.clone());
     }
     headers
-}
-
-/// What a request at a model's path is for.
-#[derive(Clone)]
-pub(super) enum Target {
-    Model(Arc<Entry>),
-    Pipeline {
-        served: Arc<Served>,
-        /// The pipeline described as a model: what its body decodes against.
-        spec: Arc<ModelSpec>,
-        /// Its name, the key of its front-end times and metrics.
-        name: Arc<str>,
-        /// The model of its first stage, whose admission view judges the request before
-        /// its body is read (`None`: left to the pipeline's stages).
-        first: Option<ModelId>,
-    },
-}
-
-impl Target {
-    /// The pipeline or the ready model of that name; an unloaded pipeline is unavailable,
-    /// as an unloaded model is.
-    pub(super) fn find(
-        state: &ApiState,
-        name: &str,
-        version: Option<&str>,
-    ) -> Result<Self, ApiError> {
-        let Some(served) = state.pipelines.get(name) else {
-            super::pipelines::refuse_unloaded(state, name)?;
-            return Ok(Target::Model(state.models.ready(name, version)?));
-        };
-        super::pipelines::check_version(&served, version)?;
-        let p = &served.pipeline;
-        let first = p.roots().next().map(|s| p.stages[s].model.as_str());
-        let first = first.and_then(|m| state.models.find(m, None).ok());
-        Ok(Target::Pipeline {
-            spec: Arc::new(pipeline_spec(p)),
-            name: p.name.as_str().into(),
-            first: first.map(|e| e.id),
-            served,
-        })
-    }
-
-    /// What its body decodes against.
-    pub(super) fn spec(&self) -> &ModelSpec {
-        match self {
-            Target::Model(entry) => &entry.spec,
-            Target::Pipeline { spec, .. } => spec,
-        }
-    }
-
-    fn key(&self) -> FrontKey {
-        match self {
-            Target::Model(entry) => FrontKey::Model(entry.id),
-            Target::Pipeline { name, .. } => FrontKey::Pipeline(Arc::clone(name)),
-        }
-    }
-
-    /// Whose admission view judges it before reading.
-    fn view(&self) -> Option<ModelId> {
-        match self {
-            Target::Model(entry) => Some(entry.id),
-            Target::Pipeline { first, .. } => *first,
-        }
-    }
 }
 
 /// A decoded request to a model: one [`Submit`] to the controller, its answer.
@@ -259,11 +197,11 @@ async fn call(
     // shutting down.
     let inferred = answer.unwrap_or(Err(InferError::ShuttingDown))?;
     state.metrics.success(entry.id, &inferred);
-    let started = state.clock.now();
     Ok(Answer {
         parameters: parameters(&entry.spec, &inferred, slo),
-        // From the end of the batch (same clock): the way back costs time too.
-        ended: inferred.timing.exec.end.min(started),
+        // From the end of the batch (same clock): the way back costs time too. No clock
+        // read here: `Front::took` measures from it without going below zero.
+        ended: inferred.timing.exec.end,
         exec: Some(inferred.timing.exec.duration),
         outputs: inferred.outputs,
     })
@@ -345,8 +283,9 @@ impl<'a> Front<'a> {
     }
 
     /// Refuses, from the controller's last view of the model (a pipeline's first stage),
-    /// a request it cannot serve by the model's (the pipeline's) deadline.
-    pub(super) fn admit_before_reading(&self) -> Result<(), ApiError> {
+    /// a request it cannot serve by the model's (the pipeline's) deadline; answers the
+    /// clock reading it judged at, where reading the body starts.
+    pub(super) fn admit_before_reading(&self) -> Result<Nanos, ApiError> {
         let now = self.state.clock.now();
         // The best recent times as read at arrival, microseconds ago.
         let e = self.outlook.least;
@@ -359,16 +298,21 @@ impl<'a> Front<'a> {
             Admission::Admit if self.state.front.shed(&self.key, now) => {
                 Err(self.refuse(Stage::Throttled, 0))
             }
-            Admission::Admit => Ok(()),
+            Admission::Admit => Ok(now),
             Admission::Refuse { retry_after } => {
                 Err(self.refuse(Stage::BeforeReading, retry_after))
             }
         }
     }
 
-    /// Reads the body, giving up when the rest could no longer be done in time.
-    async fn read(&self, body: web::Payload) -> Result<web::Bytes, ApiError> {
-        let started = self.state.clock.now();
+    /// Reads the body from `started` (the caller's last clock reading, taken just
+    /// before), giving up when the rest could no longer be done in time; answers it with
+    /// the clock reading at its end.
+    async fn read(
+        &self,
+        body: web::Payload,
+        started: Nanos,
+    ) -> Result<(web::Bytes, Nanos), ApiError> {
         let limit = self.state.settings.max_body_bytes;
         let until = self.deadline.saturating_sub(self.outlook.expected.decode);
         // A timer at the instant itself: no clock read for the slack (see `record`).
@@ -380,19 +324,20 @@ impl<'a> Front<'a> {
         let bytes = read
             .map_err(|_| ApiError::PayloadTooLarge { limit })?
             .map_err(|e| ApiError::InvalidBody(e.to_string()))?;
-        self.took(Phase::Read, started);
-        Ok(bytes)
+        let read = self.took(Phase::Read, started);
+        Ok((bytes, read))
     }
 
     /// Decodes the request on the bounded pool (inline if `small`), unless no decoder is
     /// free within its slack; `job` turns the protocol's request into tensors against
-    /// the target's spec.
+    /// the target's spec. `started` is the caller's last clock reading (the end of the
+    /// read), taken just before: each phase starts where the last one ended.
     pub(super) async fn decode(
         &self,
         small: bool,
+        started: Nanos,
         job: impl FnOnce(&ModelSpec) -> Result<Decoded, ApiError> + Send + 'static,
     ) -> Result<Decoded, ApiError> {
-        let started = self.state.clock.now();
         let until = self.deadline.saturating_sub(self.outlook.expected.decode);
         // From the clock reading just taken, not a new one.
         let clock = self.state.clock;
@@ -487,32 +432,6 @@ impl Drop for Waiting<'_> {
         self.metrics.pending(self.model, -1);
     }
 }
-
-/// Tells the client, in the standard `Server-Timing` header, how long the server held the
-/// request (`edge`: from its head being read to its answer encoded) and how long its batch
-/// ran (`exec`, a model's requests only), in milliseconds: a client that sees an answer late can tell whether the
-/// time went inside the server or before and after it (network, its own queues).
-fn with_server_timing(
-    mut response: HttpResponse,
-    edge: Nanos,
-    exec: Option<Nanos>,
-) -> HttpResponse {
-    use std::fmt::Write;
-    let ms = |t: Nanos| t as f64 / 1e6;
-    // One buffer, written in place (writing to a String cannot fail).
-    let mut value = String::with_capacity(48);
-    let _ = write!(value, "edge;dur={:.3}", ms(edge));
-    if let Some(exec) = exec {
-        let _ = write!(value, ", exec;dur={:.3}", ms(exec));
-    }
-    if let Ok(value) = HeaderValue::from_str(&value) {
-        response.headers_mut().insert(SERVER_TIMING, value);
-    }
-    response
-}
-
-/// The header [`with_server_timing`] writes.
-const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
 
 /// A model's answer parameters: `emulated`, `late`, `batch_size`, `slo_ms`.
 fn parameters(spec: &ModelSpec, inferred: &Inferred, slo: Option<Nanos>) -> AnswerParameters {

@@ -36,7 +36,9 @@ mod models;
 pub mod openapi;
 mod pipelines;
 mod repository;
+mod server_timing;
 mod shed;
+mod target;
 mod v2;
 
 use std::collections::BTreeMap;

@@ -49,10 +49,19 @@ struct Pending {
 /// An action sent and not reported, as the controller needs to remember it.
 struct Sent {
     action: Action,
-    /// For an INFER, its requests in batch order (to match outputs).
-    requests: Vec<RequestId>,
-    /// Items of each of `requests`: their outputs follow one another, item by item.
+    /// Items of each of [`Sent::requests`]: their outputs follow one another, item by item.
     items: Vec<u32>,
+}
+
+impl Sent {
+    /// For an INFER, its requests in batch order (to match outputs); read from the action
+    /// itself (a copy of the list was one more allocation per batch).
+    fn requests(&self) -> &[RequestId] {
+        match &self.action.kind {
+            ActionKind::Infer { requests } => requests,
+            _ => &[],
+        }
+    }
 }
 
 /// What the controller is given at start.
@@ -276,28 +285,30 @@ impl Controller {
 
     fn dispatch(&mut self, action: Action) {
         self.touched.push(action.model);
-        let requests = match &action.kind {
-            ActionKind::Infer { requests } => requests.clone(),
-            _ => Vec::new(),
+        let requests: &[RequestId] = match &action.kind {
+            ActionKind::Infer { requests } => requests,
+            _ => &[],
         };
         // Devices run items: each request's, one after another.
-        let pending: Vec<Option<&Pending>> = requests.iter().map(|r| self.pending.get(r)).collect();
-        let items = pending
-            .iter()
-            .map(|p| p.map_or(1, |p| p.inputs.len() as u32))
-            .collect();
-        let inputs = pending
-            .iter()
-            .flatten()
-            .flat_map(|p| p.inputs.iter().map(Arc::clone))
-            .collect();
+        let mut items = Vec::with_capacity(requests.len());
+        let mut inputs = Vec::with_capacity(requests.len());
+        for request in requests {
+            let pending = self.pending.get(request);
+            items.push(pending.map_or(1, |p| p.inputs.len() as u32));
+            inputs.extend(
+                pending
+                    .into_iter()
+                    .flat_map(|p| p.inputs.iter().map(Arc::clone)),
+            );
+        }
+        let batch = requests.len() as u32;
         self.parts.events.publish(|| {
             Event::ActionPlanned(events::ActionPlanned {
                 action: action.id,
                 device: action.device,
                 model: action.model,
                 kind: action.kind.tag(),
-                batch: requests.len() as u32,
+                batch,
                 earliest: action.earliest,
                 latest: action.latest,
                 expected: action.expected_duration,
@@ -309,14 +320,7 @@ impl Controller {
             inputs,
         });
         self.watchdog.watch(&action);
-        self.sent.insert(
-            action.id,
-            Sent {
-                action,
-                requests,
-                items,
-            },
-        );
+        self.sent.insert(action.id, Sent { action, items });
     }
 
     fn answer(&mut self, answer: Answer, now: Nanos) {

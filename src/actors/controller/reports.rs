@@ -219,7 +219,7 @@ impl Controller {
     ) {
         let batch = sent.items.iter().sum();
         let mut outputs = outputs.into_iter();
-        for (&request, &items) in sent.requests.iter().zip(&sent.items) {
+        for (&request, &items) in sent.requests().iter().zip(&sent.items) {
             // A request's items are never split: its outputs are the next `items`.
             let mine: Vec<_> = outputs.by_ref().take(items as usize).collect();
             let Some(pending) = self.pending.get(&request) else {

@@ -8,6 +8,7 @@
 //! and `scan.rs` each cut-out text, so the request is valid exactly when the body is. A
 //! body the walk cannot follow goes to `serde_json` whole, which names what is wrong.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use actix_web::web::Bytes;
@@ -53,7 +54,8 @@ fn cut(json: &[u8]) -> Option<(Vec<u8>, Cuts)> {
     let mut walk = Walk {
         text: json,
         pos: 0,
-        skeleton: Vec::new(),
+        // About the body's size: grown piecemeal it was reallocated several times.
+        skeleton: Vec::with_capacity(json.len()),
         copied: 0,
         cuts: Vec::new(),
     };
@@ -88,7 +90,7 @@ struct Walk<'a> {
     cuts: Cuts,
 }
 
-impl Walk<'_> {
+impl<'a> Walk<'a> {
     fn peek(&self) -> Option<u8> {
         self.text.get(self.pos).copied()
     }
@@ -118,7 +120,7 @@ impl Walk<'_> {
             let key = self.key()?;
             self.expect(b':')?;
             self.whitespace();
-            match (level, key.as_slice()) {
+            match (level, key.as_ref()) {
                 (Level::Request, b"inputs") => self.inputs()?,
                 (Level::Input, b"data") => self.data()?,
                 _ => self.skip()?,
@@ -135,16 +137,19 @@ impl Walk<'_> {
         }
     }
 
-    /// A key, unescaped as `serde_json` would (the walk must see the keys it sees).
-    fn key(&mut self) -> Option<Vec<u8>> {
+    /// A key, unescaped as `serde_json` would (the walk must see the keys it sees);
+    /// borrowed from the text unless it had escapes (every key of every request was
+    /// copied once, an allocation each).
+    fn key(&mut self) -> Option<Cow<'a, [u8]>> {
         let start = self.pos;
         let escaped = self.string()?;
-        let raw = self.text.get(start..self.pos)?;
+        let text: &'a [u8] = self.text;
+        let raw = text.get(start..self.pos)?;
         match escaped {
-            false => Some(raw.get(1..raw.len() - 1)?.to_vec()),
+            false => Some(Cow::Borrowed(raw.get(1..raw.len() - 1)?)),
             true => serde_json::from_slice::<String>(raw)
                 .ok()
-                .map(String::into_bytes),
+                .map(|k| Cow::Owned(k.into_bytes())),
         }
     }
 

@@ -48,10 +48,10 @@ async fn run(
     let target = Target::find(state, name, version)?;
     let front = Front::new(state, &target, arrival);
     front.admit_before_reading()?;
-    front.took(Phase::Read, arrival);
+    let read = front.took(Phase::Read, arrival);
     let small = request.encoded_len() <= decode::INLINE_DECODE_BYTES;
     let job = move |spec: &_| tensors::decode(spec, request);
-    let decoded = front.decode(small, job).await?;
+    let decoded = front.decode(small, read, job).await?;
     front.answer(decoded, tensors::encode).await
 }
 
