@@ -306,6 +306,7 @@ impl<'a> Front<'a> {
 
     fn refuse(&self, stage: Stage, retry_after: Nanos) -> ApiError {
         self.state.metrics.refused_at_edge(&self.key, stage);
+        self.trace("refused at the edge", stage.as_str(), None);
         if matches!(stage, Stage::Reading | Stage::Decoding) {
             let now = self.state.clock.now();
             self.state.front.refused_after_reading(&self.key, now);
@@ -315,6 +316,28 @@ impl<'a> Front<'a> {
             stage,
             retry_after_s: retry_after.div_ceil(1_000_000_000).max(1),
         }
+    }
+
+    /// A debug line (`api::trace`'s target) with the request's times, where it ended.
+    fn trace(&self, what: &str, stage: &str, submitted: Option<Nanos>) {
+        if !tracing::enabled!(target: "clockwork::api::trace", tracing::Level::DEBUG) {
+            return;
+        }
+        let (e, least) = (self.outlook.expected, self.outlook.least);
+        tracing::debug!(
+            target: "clockwork::api::trace",
+            stage,
+            arrival_us = self.arrival / 1_000,
+            now_us = self.state.clock.now() / 1_000,
+            deadline_us = self.deadline / 1_000,
+            submitted_us = submitted.map(|t| t / 1_000),
+            read_us = e.read / 1_000,
+            decode_us = e.decode / 1_000,
+            respond_us = e.respond / 1_000,
+            least_read_us = least.read / 1_000,
+            least_decode_us = least.decode / 1_000,
+            "{what}"
+        );
     }
 
     /// Records the time a phase took since `started`; answers when it ended (now).
@@ -431,6 +454,8 @@ impl<'a> Front<'a> {
             arrival: self.arrival,
             reserve: self.outlook.expected.respond,
         };
+        let traced = tracing::enabled!(target: "clockwork::api::trace", tracing::Level::DEBUG);
+        let submitted = traced.then(|| self.state.clock.now());
         let inputs = std::mem::take(&mut decoded.inputs);
         let (items, slo_asked) = (decoded.batched.items, decoded.slo);
         let answer = match self.target {
@@ -441,6 +466,7 @@ impl<'a> Front<'a> {
         };
         let answer = answer.inspect_err(|error| {
             if error.kind().is_refusal() {
+                self.trace("refused after decoding", error.kind().as_str(), submitted);
                 let now = self.state.clock.now();
                 self.state.front.refused_after_reading(&self.key, now);
             }
@@ -450,6 +476,7 @@ impl<'a> Front<'a> {
         let done = self.took(Phase::Respond, ended);
         if done > self.arrival.saturating_add(slo) {
             self.state.metrics.late_at_edge(&self.key);
+            self.trace("late at the edge", "respond", submitted);
         }
         let took = done.saturating_sub(self.arrival);
         self.state.metrics.delivered(&self.key, took);
