@@ -104,6 +104,20 @@ def batches(lines):
             print(f"| {key} | {len(v)} | {ms(pct(v, 50))} / {ms(pct(v, 99))} / {ms(max(v))} |")
 
 
+def device_jobs(lines):
+    """The device thread's jobs: wall time, and the time it waited for its core."""
+    jobs = [f for m, f in lines if m == "device job"]
+    if not jobs:
+        return
+    wall = sum(f["wall_us"] for f in jobs)
+    waited = [f["waited_us"] for f in jobs]
+    print()
+    print("| device jobs | wall ms | waited for the core ms | share | jobs that waited > 1 ms | waited p99 / max ms |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    print(f"| {len(jobs)} | {ms(wall)} | {ms(sum(waited))} | {sum(waited) / max(wall, 1):.1%} "
+          f"| {sum(1 for w in waited if w > 1000)} | {ms(pct(waited, 99))} / {ms(max(waited))} |")
+
+
 def refusals(lines):
     print()
     print("| what | stage / outcome | arrival +ms: submitted | answered or refused | deadline | est. read / decode / respond ms |")
@@ -158,6 +172,7 @@ def main():
             print("no trace lines in server.log (run.sh --trace)")
             continue
         batches(lines)
+        device_jobs(lines)
         if window is not None:
             refusals(lines)
     if glob.glob(os.path.join(out, "*.requests.jsonl")):
