@@ -14,11 +14,11 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
+use super::contention::{self, Contention};
 use super::{
     Backend, BackendFuture, BackendInfo, BatchOutputs, DeviceError, Executed, InferJob,
     ModelArtifact,
 };
-use super::contention::{self, Contention};
 use crate::cores::{self, Core};
 use crate::model::ModelId;
 use crate::time::{nanos, Nanos};
