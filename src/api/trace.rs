@@ -6,7 +6,10 @@
 //! (`RUST_LOG=info,clockwork::api::trace=debug`): then one task subscribes to the
 //! runtime's events, like the metrics do, and never sits on the request path. All times
 //! are the runtime clock's, in microseconds, so lines can be joined by action and
-//! compared with each other. `bench/edge/trace.py` reads them.
+//! compared with each other. Two other places log under the same target, so one filter
+//! turns all of it on: the front end's refusals and late answers with their phase times
+//! (`infer.rs`, `Front::trace`) and each device job's wall time and the time its thread
+//! waited for a core (`gpu/thread.rs`). `bench/edge/trace.py` reads them.
 
 use tokio::sync::broadcast::{self, error::RecvError};
 
