@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use super::contention::{self, Contention};
+use super::contention::{Contention, Sampler};
 use super::{
     Backend, BackendFuture, BackendInfo, BatchOutputs, DeviceError, Executed, InferJob,
     ModelArtifact,
@@ -130,6 +130,8 @@ struct Watch<'a> {
     name: &'a str,
     started: Instant,
     contention: Contention,
+    /// This thread's waiting counter, opened once.
+    sampler: Sampler,
 }
 
 impl<'a> Watch<'a> {
@@ -138,6 +140,7 @@ impl<'a> Watch<'a> {
             name,
             started: Instant::now(),
             contention: Contention::default(),
+            sampler: Sampler::for_this_thread(),
         }
     }
 
@@ -147,12 +150,14 @@ impl<'a> Watch<'a> {
         device: &mut D,
         work: impl FnOnce(&mut D) -> Result<T, DeviceError>,
     ) -> Result<Executed<T>, DeviceError> {
-        let before = contention::waited_so_far();
+        let before = self.sampler.waited();
         let begin = Instant::now();
         let done = timed(device, work);
         let wall = nanos(begin.elapsed());
         // What the kernel kept this thread waiting for a core during the job.
-        let waited = contention::waited_so_far()
+        let waited = self
+            .sampler
+            .waited()
             .zip(before)
             .map_or(0, |(after, before)| after.saturating_sub(before));
         tracing::debug!(target: "clockwork::api::trace", device = self.name,
