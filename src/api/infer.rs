@@ -318,26 +318,12 @@ impl<'a> Front<'a> {
         }
     }
 
-    /// A debug line (`api::trace`'s target) with the request's times, where it ended.
+    /// A debug line (`api::trace`) with the request's times, where it ended.
     fn trace(&self, what: &str, stage: &str, submitted: Option<Nanos>) {
-        if !tracing::enabled!(target: "clockwork::api::trace", tracing::Level::DEBUG) {
-            return;
+        if super::trace::enabled() {
+            let times = (self.arrival, submitted, self.deadline);
+            super::trace::front(what, stage, times, self.state.clock.now(), &self.outlook);
         }
-        let (e, least) = (self.outlook.expected, self.outlook.least);
-        tracing::debug!(
-            target: "clockwork::api::trace",
-            stage,
-            arrival_us = self.arrival / 1_000,
-            now_us = self.state.clock.now() / 1_000,
-            deadline_us = self.deadline / 1_000,
-            submitted_us = submitted.map(|t| t / 1_000),
-            read_us = e.read / 1_000,
-            decode_us = e.decode / 1_000,
-            respond_us = e.respond / 1_000,
-            least_read_us = least.read / 1_000,
-            least_decode_us = least.decode / 1_000,
-            "{what}"
-        );
     }
 
     /// Records the time a phase took since `started`; answers when it ended (now).
@@ -454,8 +440,7 @@ impl<'a> Front<'a> {
             arrival: self.arrival,
             reserve: self.outlook.expected.respond,
         };
-        let traced = tracing::enabled!(target: "clockwork::api::trace", tracing::Level::DEBUG);
-        let submitted = traced.then(|| self.state.clock.now());
+        let submitted = super::trace::enabled().then(|| self.state.clock.now());
         let inputs = std::mem::take(&mut decoded.inputs);
         let (items, slo_asked) = (decoded.batched.items, decoded.slo);
         let answer = match self.target {

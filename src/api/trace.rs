@@ -8,19 +8,26 @@
 //! are the runtime clock's, in microseconds, so lines can be joined by action and
 //! compared with each other. Two other places log under the same target, so one filter
 //! turns all of it on: the front end's refusals and late answers with their phase times
-//! (`infer.rs`, `Front::trace`) and each device job's wall time and the time its thread
+//! (`infer.rs` through [`front`]) and each device job's wall time and the time its thread
 //! waited for a core (`gpu/thread.rs`). `bench/edge/trace.py` reads them.
 
 use tokio::sync::broadcast::{self, error::RecvError};
 
+use super::edge::Outlook;
 use crate::events::{ActionDone, ActionPlanned, Event, RequestAnswered};
 use crate::outcome::Outcome;
 use crate::protocol::ActionTag;
 use crate::time::Nanos;
 
+/// Whether the log filter wants these lines (one check, for callers elsewhere that
+/// would read the clock only for them).
+pub fn enabled() -> bool {
+    tracing::enabled!(tracing::Level::DEBUG)
+}
+
 /// Starts the logging task if the filter enables it; otherwise subscribes to nothing.
 pub fn start(events: &crate::events::EventBus) {
-    if !tracing::enabled!(tracing::Level::DEBUG) {
+    if !enabled() {
         return;
     }
     let mut events: broadcast::Receiver<Event> = events.subscribe();
@@ -33,6 +40,32 @@ pub fn start(events: &crate::events::EventBus) {
             }
         }
     });
+}
+
+/// A request the front end refused (`stage`: where) or answered late: its arrival, when
+/// it was submitted to the controller (if it was), its deadline, `now`, and the front
+/// end's estimates it was judged with.
+pub fn front(
+    what: &str,
+    stage: &str,
+    (arrival, submitted, deadline): (Nanos, Option<Nanos>, Nanos),
+    now: Nanos,
+    outlook: &Outlook,
+) {
+    let (e, least) = (outlook.expected, outlook.least);
+    tracing::debug!(
+        stage,
+        arrival_us = us(arrival),
+        now_us = us(now),
+        deadline_us = us(deadline),
+        submitted_us = submitted.map(us),
+        read_us = us(e.read),
+        decode_us = us(e.decode),
+        respond_us = us(e.respond),
+        least_read_us = us(least.read),
+        least_decode_us = us(least.decode),
+        "{what}"
+    );
 }
 
 fn us(nanos: Nanos) -> u64 {
