@@ -81,6 +81,9 @@ class Tally:
         self.refused_latency = []
         self.errors = {}
         self.overflow = 0
+        # Per request (`--log`): when it was sent, its answer, and the server's timings.
+        self.log = None
+        self.start = time.perf_counter()
 
     def record(self, status, error_type, latency, server_ms=None):
         if status == 200:
@@ -98,7 +101,7 @@ class Tally:
 
     def report(self, args, unanswered):
         good = sum(1 for v in self.ok_latency if v <= self.objective_s * 1e3)
-        return {
+        report = {
             "model": args.model,
             "format": args.format,
             "rate": args.rate,
@@ -119,13 +122,16 @@ class Tally:
             "ok_p50_ms": percentile(self.ok_latency, 50),
             "ok_p99_ms": percentile(self.ok_latency, 99),
         }
+        if self.log is not None:
+            report["log"] = self.log
+        return report
 
 
-def server_edge_ms(response):
-    """The `edge` duration of the answer's Server-Timing header, in ms, or None."""
+def server_timing_ms(response, metric):
+    """The `metric` duration of the answer's Server-Timing header, in ms, or None."""
     for part in response.headers.get("Server-Timing", "").split(","):
         name, _, rest = part.strip().partition(";dur=")
-        if name == "edge":
+        if name == metric:
             try:
                 return float(rest)
             except ValueError:
@@ -145,7 +151,17 @@ async def one(session, url, body, headers, tally):
                     error_type = json.loads(payload).get("error_type")
                 except ValueError:
                     error_type = "unparsable"
-            tally.record(response.status, error_type, latency, server_edge_ms(response))
+            edge_ms = server_timing_ms(response, "edge")
+            tally.record(response.status, error_type, latency, edge_ms)
+            if tally.log is not None:
+                tally.log.append({
+                    "sent_s": round(begin - tally.start, 6),
+                    "status": response.status,
+                    "error_type": error_type,
+                    "latency_ms": round(latency * 1e3, 3),
+                    "edge_ms": edge_ms,
+                    "exec_ms": server_timing_ms(response, "exec"),
+                })
     except (aiohttp.ClientError, asyncio.TimeoutError) as e:
         key = f"connection:{type(e).__name__}"
         tally.errors[key] = tally.errors.get(key, 0) + 1
@@ -165,6 +181,8 @@ async def run(args):
         body, headers = build_body(meta, args.format, args.seed)
         url = f"{base}/v2/models/{args.model}/infer"
         tally = Tally(args.objective_ms / 1e3)
+        if args.log:
+            tally.log = []
         if args.until_ok:
             return await until_ok(args, session, url, body, headers, tally)
         if args.closed_loop:
@@ -237,6 +255,9 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", help="write the JSON here too")
     parser.add_argument(
+        "--log", help="one JSON line per answered request: sent_s, status, latency, Server-Timing"
+    )
+    parser.add_argument(
         "--until-ok", action="store_true", help="warm-up: until the first 200, one at a time"
     )
     parser.add_argument(
@@ -246,6 +267,10 @@ def main():
     if args.rate <= 0 or args.duration <= 0:
         sys.exit("--rate and --duration must be positive")
     report = asyncio.run(run(args))
+    log = report.pop("log", None)
+    if args.log and log is not None:
+        with open(args.log, "w") as f:
+            f.writelines(json.dumps(line) + "\n" for line in log)
     text = json.dumps(report, indent=1)
     print(text)
     if args.out:

@@ -4,7 +4,15 @@
 # Triton's perf_analyzer. See bench/edge/README.md.
 #
 #   bench/edge/run.sh [--bin PATH] [--config FILE] [--devices N|auto] [--backend cpu|ort]
-#                     [--duration S] [--out DIR]
+#                     [--duration S] [--out DIR] [--client-cores front|any|LIST] [--trace]
+#
+# The clients (client.py, perf_analyzer) run on the server's front-end cores (`front`,
+# the default, read from the server's `cores:` line), never on a core a device is pinned
+# to: a real client runs on another machine, and one that shares a device's core stretches
+# its runs (see docs/EXPERIMENTS.md, "Where the light-load refusals came from"). `any`
+# leaves them unpinned (the scheduler's choice, as before), a LIST is taskset's.
+# --trace logs each batch and each refusal or late answer with its times
+# (`clockwork::api::trace` at debug level) into server.log; `trace.py DIR` reads them.
 #
 # --backend ort turns the configuration's cpu groups into ort groups (ONNX Runtime, the
 # library from scripts/onnxruntime.sh unless ORT_DYLIB_PATH names one).
@@ -22,6 +30,8 @@ duration=10
 out=""
 config=config.toml
 backend=cpu
+client_cores=front
+trace=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bin=$2; shift 2 ;;
@@ -30,6 +40,8 @@ while [ $# -gt 0 ]; do
         --out) out=$2; shift 2 ;;
         --config) config=$2; shift 2 ;;
         --backend) backend=$2; shift 2 ;;
+        --client-cores) client_cores=$2; shift 2 ;;
+        --trace) trace=1; shift ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -77,7 +89,9 @@ if [ "$backend" = ort ]; then
     fi
 fi
 url=http://127.0.0.1:$port
-RUST_LOG=info "$bin" serve --config "$work/config.toml" > "$out/server.log" 2>&1 &
+log_filter=info
+[ "$trace" = 1 ] && log_filter=info,clockwork::api::trace=debug
+RUST_LOG=$log_filter "$bin" serve --config "$work/config.toml" > "$out/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 1 600); do
     if curl -sf "$url/v2/models/squeezenet/ready" > /dev/null; then break; fi
@@ -86,7 +100,17 @@ for _ in $(seq 1 600); do
 done
 grep -m1 "cores:" "$out/server.log" | sed 's/^.*cores:/cores:/' || true
 
-client() { "$py" bench/edge/client.py --url "$url" --model squeezenet --objective-ms 100 "$@"; }
+# Where the clients run: off the devices' cores (see the top of this file).
+pin=()
+if [ "$client_cores" = front ]; then
+    client_cores=$(grep -m1 "cores:" "$out/server.log" | sed -n 's/.*front_end_cores=\([0-9,]*\).*/\1/p')
+fi
+if [ "$client_cores" != any ] && [ -n "$client_cores" ]; then
+    pin=(taskset -c "$client_cores")
+fi
+echo "clients: ${pin[*]:-unpinned}"
+
+client() { "${pin[@]}" "$py" bench/edge/client.py --url "$url" --model squeezenet --objective-ms 100 "$@"; }
 
 # Warm-up: until squeezenet answers once (a model that no device holds yet is refused).
 client --until-ok --duration 60 --format binary --out "$out/warmup.json" > /dev/null
@@ -106,8 +130,11 @@ fi
 for format in json binary; do
     for x in 0.25 0.5 0.8 1 1.5 2; do
         rate=$("$py" -c "print(round($capacity * $x, 2))")
+        began=$(date -u +%s.%N)
         client --rate "$rate" --duration "$duration" --format "$format" --seed 7 \
-            --out "$out/$format-$x.json" > /dev/null
+            --out "$out/$format-$x.json" --log "$out/$format-$x.requests.jsonl" > /dev/null
+        echo "$format-$x $began $(date -u +%s.%N)" >> "$out/phases.txt"
+        curl -s "$url/metrics" > "$out/metrics-$format-$x.txt" || true
         sleep 1 # let the last answers drain before the next rate
     done
 done
@@ -119,7 +146,7 @@ echo
 pa=${PERF_ANALYZER:-/work/shared/tools/perf_analyzer}
 if [ -x "$pa" ]; then
     set +e
-    timeout 300 "$pa" -m squeezenet -u "127.0.0.1:$port" -i http --concurrency-range 1:4 \
+    timeout 300 "${pin[@]}" "$pa" -m squeezenet -u "127.0.0.1:$port" -i http --concurrency-range 1:4 \
         --measurement-interval 3000 --stability-percentage 50 > "$out/perf_analyzer.log" 2>&1
     rc=$?
     set -e

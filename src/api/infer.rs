@@ -251,6 +251,7 @@ impl<'a> Front<'a> {
 
     fn refuse(&self, stage: Stage, retry_after: Nanos) -> ApiError {
         self.state.metrics.refused_at_edge(&self.key, stage);
+        self.trace("refused at the edge", stage.as_str(), None);
         if matches!(stage, Stage::Reading | Stage::Decoding) {
             let now = self.state.clock.now();
             self.state.front.refused_after_reading(&self.key, now);
@@ -259,6 +260,14 @@ impl<'a> Front<'a> {
             model: self.target.spec().name.clone(),
             stage,
             retry_after_s: retry_after.div_ceil(1_000_000_000).max(1),
+        }
+    }
+
+    /// A debug line (`api::trace`) with the request's times, where it ended.
+    fn trace(&self, what: &str, stage: &str, submitted: Option<Nanos>) {
+        if super::trace::enabled() {
+            let times = (self.arrival, submitted, self.deadline);
+            super::trace::front(what, stage, times, self.state.clock.now(), &self.outlook);
         }
     }
 
@@ -383,6 +392,7 @@ impl<'a> Front<'a> {
             arrival: self.arrival,
             reserve: self.outlook.expected.respond,
         };
+        let submitted = super::trace::enabled().then(|| self.state.clock.now());
         let inputs = std::mem::take(&mut decoded.inputs);
         let (items, slo_asked) = (decoded.batched.items, decoded.slo);
         let answer = match self.target {
@@ -393,6 +403,7 @@ impl<'a> Front<'a> {
         };
         let answer = answer.inspect_err(|error| {
             if error.kind().is_refusal() {
+                self.trace("refused after decoding", error.kind().as_str(), submitted);
                 let now = self.state.clock.now();
                 self.state.front.refused_after_reading(&self.key, now);
             }
@@ -402,6 +413,7 @@ impl<'a> Front<'a> {
         let done = self.took(Phase::Respond, ended);
         if done > self.arrival.saturating_add(slo) {
             self.state.metrics.late_at_edge(&self.key);
+            self.trace("late at the edge", "respond", submitted);
         }
         let took = done.saturating_sub(self.arrival);
         self.state.metrics.delivered(&self.key, took);

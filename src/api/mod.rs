@@ -14,6 +14,7 @@
 //! | `v2.rs`, `codec.rs` | protocol bodies; tensor data to bytes and back |
 //! | `binary.rs` | Triton's binary tensor data extension |
 //! | `repository.rs` | Triton's model repository extension |
+//! | `trace.rs` | debug log lines of each batch (planned, measured) and each request refused or late, with its times |
 //! | `metrics/` | `/metrics`, fed by the runtime's events: per-model counters and latency histograms, the front end's, the devices', the pipelines' |
 //! | `openapi.rs` | `/v2/openapi.json`, collected from the routes |
 //! | `dashboard/` | `/dashboard`: the live timeline page and its event stream (not part of the API document) |
@@ -39,6 +40,7 @@ mod repository;
 mod server_timing;
 mod shed;
 mod target;
+mod trace;
 mod v2;
 
 use std::collections::BTreeMap;
@@ -130,6 +132,7 @@ impl ApiState {
         let series = Arc::clone(&metrics);
         runtime.table.watch(move |m| series.add_model(&m.spec));
         metrics::collect(Arc::clone(&metrics), runtime.events.subscribe());
+        trace::start(&runtime.events);
         let dashboard = dashboard::Dashboard::start(runtime, Arc::clone(&metrics));
         let openapi = openapi::document().to_json()?;
         Ok(Self {

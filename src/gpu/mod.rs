@@ -12,7 +12,9 @@
 //! - [`fault`]: faults injected on purpose around any backend, for tests and soak runs.
 //! - [`thread`]: adapter that runs a blocking device on a dedicated thread; real
 //!   backends (cpu, cuda) implement [`thread::BlockingDevice`].
+//! - [`contention`]: whether a device thread waits for its core (something else runs there).
 
+pub mod contention;
 pub mod cpu;
 pub mod fault;
 pub mod ort;

@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
+use super::contention::{Contention, Sampler};
 use super::{
     Backend, BackendFuture, BackendInfo, BatchOutputs, DeviceError, Executed, InferJob,
     ModelArtifact,
@@ -70,7 +71,7 @@ impl DeviceThread {
                 if let Some(core) = core {
                     cores::pin_current(core, &name);
                 }
-                serve(device, queue)
+                serve(device, queue, &name)
             })
             .map_err(|e| DeviceError::Gone(e.to_string()))?;
         Ok(Self {
@@ -106,36 +107,92 @@ impl Drop for DeviceThread {
     }
 }
 
-fn serve(mut device: impl BlockingDevice, queue: mpsc::Receiver<Job>) {
-    fn timed<T, D: BlockingDevice>(
-        device: &mut D,
-        work: impl FnOnce(&mut D) -> Result<T, DeviceError>,
-    ) -> Result<Executed<T>, DeviceError> {
-        let begin = Instant::now();
-        // A panic inside a device library (a bad graph, a bug) fails this job, not the
-        // device: the thread lives on for the next one.
-        let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(device)))
-            .unwrap_or_else(|panic| Err(DeviceError::Panicked(panic_message(&panic))))?;
-        let host = nanos(begin.elapsed());
-        Ok(Executed {
-            value,
-            device_time: Some(device.last_device_time().unwrap_or(host)),
-        })
-    }
+fn serve(mut device: impl BlockingDevice, queue: mpsc::Receiver<Job>, name: &str) {
+    let mut watch = Watch::new(name);
     for job in queue {
         // A reply nobody waits for any more is not an error of the device.
         match job {
             Job::Load(artifact, reply) => {
-                let _ = reply.send(timed(&mut device, |d| d.load(&artifact)));
+                let _ = reply.send(watch.timed(&mut device, |d| d.load(&artifact)));
             }
             Job::Unload(model, reply) => {
-                let _ = reply.send(timed(&mut device, |d| d.unload(model)));
+                let _ = reply.send(watch.timed(&mut device, |d| d.unload(model)));
             }
             Job::Infer(job, reply) => {
-                let _ = reply.send(timed(&mut device, |d| d.infer(&job)));
+                let _ = reply.send(watch.timed(&mut device, |d| d.infer(&job)));
             }
         }
     }
+}
+
+/// Times a device thread's jobs and watches whether they wait for their core.
+struct Watch<'a> {
+    name: &'a str,
+    started: Instant,
+    contention: Contention,
+    /// This thread's waiting counter, opened once.
+    sampler: Sampler,
+}
+
+impl<'a> Watch<'a> {
+    fn new(name: &'a str) -> Self {
+        Self {
+            name,
+            started: Instant::now(),
+            contention: Contention::default(),
+            sampler: Sampler::for_this_thread(),
+        }
+    }
+
+    /// Runs one job, timed; says when the device's jobs wait for its core.
+    fn timed<T, D: BlockingDevice>(
+        &mut self,
+        device: &mut D,
+        work: impl FnOnce(&mut D) -> Result<T, DeviceError>,
+    ) -> Result<Executed<T>, DeviceError> {
+        let before = self.sampler.waited();
+        let begin = Instant::now();
+        let done = timed(device, work);
+        let wall = nanos(begin.elapsed());
+        // What the kernel kept this thread waiting for a core during the job.
+        let waited = self
+            .sampler
+            .waited()
+            .zip(before)
+            .map_or(0, |(after, before)| after.saturating_sub(before));
+        tracing::debug!(target: "clockwork::api::trace", device = self.name,
+            wall_us = wall / 1_000, waited_us = waited / 1_000, "device job");
+        let now = nanos(self.started.elapsed());
+        if let Some(shared) = self.contention.observe(now, wall, waited) {
+            tracing::warn!(
+                device = self.name,
+                jobs = shared.jobs,
+                waited_ms = shared.waited / 1_000_000,
+                "the device waited for its core {:.0}% of its jobs' time: something else \
+                 runs on its core (a client on this machine?), and its runs and learned \
+                 estimates stretch with it",
+                shared.share() * 100.0
+            );
+        }
+        done
+    }
+}
+
+/// Runs one job of the device, timing it.
+fn timed<T, D: BlockingDevice>(
+    device: &mut D,
+    work: impl FnOnce(&mut D) -> Result<T, DeviceError>,
+) -> Result<Executed<T>, DeviceError> {
+    let begin = Instant::now();
+    // A panic inside a device library (a bad graph, a bug) fails this job, not the
+    // device: the thread lives on for the next one.
+    let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(device)))
+        .unwrap_or_else(|panic| Err(DeviceError::Panicked(panic_message(&panic))))?;
+    let host = nanos(begin.elapsed());
+    Ok(Executed {
+        value,
+        device_time: Some(device.last_device_time().unwrap_or(host)),
+    })
 }
 
 /// What a panic said, as far as it can be told.
