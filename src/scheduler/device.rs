@@ -159,6 +159,8 @@ pub struct DeviceMirror {
     /// The lag `margins` answer once warm, kept here when they learn: `timing` is read for
     /// every device several times per event, and the margins lie on other cache lines.
     learned_lag: Option<Nanos>,
+    /// When its margins last learned from a report.
+    taught_at: Nanos,
 }
 
 impl DeviceMirror {
@@ -178,6 +180,7 @@ impl DeviceMirror {
             lag: 0,
             learned_lag: margins.learned_lag(),
             margins,
+            taught_at: 0,
         }
     }
 
@@ -226,7 +229,20 @@ impl DeviceMirror {
         if let (true, true, Some(p), Some(m)) = (learn, exec, planned, measured) {
             self.margins.learn((p.could_start, p.expected), m, now);
             self.learned_lag = self.margins.learned_lag();
+            self.taught_at = now;
         }
+    }
+
+    /// Margins it has not learned from since `since` give way to `fresh` ones (the
+    /// configured lag and buffer until it has reported enough again); answers whether
+    /// learned ones were dropped.
+    pub fn forget_margins_before(&mut self, since: Nanos, fresh: impl FnOnce() -> Margins) -> bool {
+        if self.taught_at >= since || !self.margins.warm() {
+            return false;
+        }
+        self.margins = fresh();
+        self.learned_lag = self.margins.learned_lag();
+        true
     }
 
     pub fn free_pages(&self) -> u32 {

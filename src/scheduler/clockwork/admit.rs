@@ -30,6 +30,7 @@ impl ClockworkPolicy {
     pub(super) fn admit_request(&mut self, request: Request, now: Nanos, plan: &mut Plan) {
         // The controller admits only models it added (see `Policy::admit`).
         self.models[request.model.0 as usize].rate.record(now);
+        self.refresh_margins(now);
         let model = &self.models[request.model.0 as usize];
         let p = &self.params;
         // Keep a buffer for estimate error (learned per device, see `rewiden_buffer`), but

@@ -3,6 +3,7 @@
 
 use super::ClockworkPolicy;
 use crate::model::{ActionId, DeviceId, ModelId};
+use crate::scheduler::estimate::Margins;
 use crate::scheduler::{ActionError, Outcome, Plan, Policy};
 use crate::time::Nanos;
 
@@ -22,6 +23,27 @@ impl ClockworkPolicy {
         let live = || self.devices.iter().filter(|d| !d.gone);
         self.learned = live().all(|d| d.margins().warm()) && live().next().is_some();
         self.buffer = live().map(|d| d.buffer(seed)).max().unwrap_or(seed);
+    }
+
+    /// Margins a slow spell left behind must not refuse work for good: a device given no
+    /// work (every request refused on the buffer it learned) never reports the smaller
+    /// margins that would let work back. So when no device has learned from a report for
+    /// `estimate_max_age` (what makes an estimate stale too), each device whose margins
+    /// are that old goes back to the configured lag and buffer until it has learned
+    /// again. Called at admission; one comparison while reports come.
+    pub(super) fn refresh_margins(&mut self, now: Nanos) {
+        let since = now.saturating_sub(self.params.estimate_max_age);
+        if self.taught_at >= since || !self.params.learn_margins {
+            return;
+        }
+        let (window, percentile) = (self.params.margin_window, self.params.margin_percentile);
+        let mut forgot = false;
+        for d in self.devices.iter_mut().filter(|d| !d.gone) {
+            forgot |= d.forget_margins_before(since, || Margins::new(window, percentile));
+        }
+        if forgot {
+            self.rewiden_buffer();
+        }
     }
 
     /// `Policy::set_suspect`.

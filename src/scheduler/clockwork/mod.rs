@@ -180,6 +180,8 @@ pub struct ClockworkPolicy {
     /// size (with the configured one, an objective below `schedule_ahead + buffer` keeps
     /// that much, or nothing tight could ever run and be measured).
     learned: bool,
+    /// When a device's margins last learned from a report (`refresh_margins`).
+    taught_at: Nanos,
     /// Requests withdrawn while in a batch not yet reported (`Policy::withdraw`): if that
     /// batch does not run they are answered `Withdrawn`, not queued again (their root is
     /// answered: no more device time for it).
@@ -203,6 +205,7 @@ impl ClockworkPolicy {
             load_order: Vec::new(),
             buffer: nanos(config.buffer),
             learned: false,
+            taught_at: 0,
             withdrawn: HashSet::new(),
         }
     }
@@ -374,6 +377,9 @@ impl Policy for ClockworkPolicy {
         let taught = |d: &DeviceMirror| (d.margins().warm(), d.buffer(self.params.buffer));
         let before = taught(device);
         device.reported((outcome.action, exec), measured, now, learn);
+        if learn && exec && measured.is_some() {
+            self.taught_at = now;
+        }
         if taught(device) != before {
             // Only a device's own buffer and warmth enter the widest (most reports
             // change neither).

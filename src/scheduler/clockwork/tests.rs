@@ -327,6 +327,26 @@ fn each_device_kind_is_seeded_from_its_own_profile() {
     assert_eq!(loads, [2 * base, 3 * base, base]);
 }
 
+/// Whether request `id` of model 0 (100 ms objective) arriving at `at` is planned at
+/// once (true) or refused (false): one of the two.
+fn served(policy: &mut ClockworkPolicy, id: u64, at: Nanos) -> bool {
+    let mut plan = Plan::default();
+    policy.admit(request(id, 0, at, 100 * MS), at, &mut plan);
+    policy.schedule(at, &mut plan);
+    let refused = plan
+        .answers
+        .iter()
+        .any(|a| a.request == RequestId(id) && matches!(a.verdict, Verdict::Refused(_)));
+    let ran = plan.actions.iter().any(|a| {
+        a.kind
+            == ActionKind::Infer {
+                requests: vec![RequestId(id)],
+            }
+    });
+    assert!(refused != ran, "request {id}: one of refused or planned");
+    ran
+}
+
 /// A slow spell raised the estimate past the objective: requests are refused while the
 /// measurement is fresh, and served again (seeded from the profile) once it is older than
 /// `estimate_max_age`, instead of being refused forever with nothing ever measured again.
@@ -349,23 +369,6 @@ fn estimates_raised_by_a_slow_spell_do_not_refuse_forever() {
     };
     let end = now + slow;
     policy.observe(outcome, end, &mut Plan::default());
-    let served = |policy: &mut ClockworkPolicy, id: u64, at: Nanos| {
-        let mut plan = Plan::default();
-        policy.admit(request(id, 0, at, 100 * MS), at, &mut plan);
-        policy.schedule(at, &mut plan);
-        let refused = plan
-            .answers
-            .iter()
-            .any(|a| a.request == RequestId(id) && matches!(a.verdict, Verdict::Refused(_)));
-        let ran = plan.actions.iter().any(|a| {
-            a.kind
-                == ActionKind::Infer {
-                    requests: vec![RequestId(id)],
-                }
-        });
-        assert!(refused != ran, "request {id}: one of refused or planned");
-        ran
-    };
     assert!(
         !served(&mut policy, 2, end + 10 * MS),
         "fresh 300 ms estimate"
@@ -374,6 +377,49 @@ fn estimates_raised_by_a_slow_spell_do_not_refuse_forever() {
     assert!(
         served(&mut policy, 3, end + max_age + MS),
         "an estimate not measured for longer than its maximum age gives way to the profile"
+    );
+}
+
+/// Margins a slow spell left behind (40 reports that came back 150 ms after their runs:
+/// a learned buffer wider than a 100 ms objective) refuse requests while fresh, and give
+/// way to the configured lag and buffer once nothing has been learned for
+/// `estimate_max_age`, instead of refusing forever with nothing ever run again.
+/// (Mutation that breaks it: `refresh_margins` returning at once.)
+#[test]
+fn margins_raised_by_a_slow_spell_do_not_refuse_forever() {
+    let mut policy = policy(1, 100, 1);
+    let mut now = warm(&mut policy);
+    let trip = 150 * MS;
+    for id in 0..40 {
+        let mut plan = Plan::default();
+        policy.admit(request(id, 0, now, 10_000 * MS), now, &mut plan);
+        policy.schedule(now, &mut plan);
+        let action = plan.actions.pop().expect("an INFER planned at once");
+        let begin = now.max(action.earliest);
+        let end = begin + action.expected_duration;
+        let measured = Measured {
+            begin,
+            end,
+            duration: action.expected_duration,
+        };
+        let outcome = Outcome {
+            action: action.id,
+            result: Ok(measured),
+        };
+        now = end + trip;
+        policy.observe(outcome, now, &mut Plan::default());
+    }
+    let (_, buffer) = policy.margins(DeviceId(0));
+    assert!(buffer >= trip, "learned buffer {buffer}");
+    assert!(!served(&mut policy, 100, now + 10 * MS), "fresh margins");
+    let max_age = nanos(PolicyConfig::default().estimate_max_age);
+    assert!(
+        served(&mut policy, 101, now + max_age + MS),
+        "margins nothing taught for longer than estimate_max_age give way"
+    );
+    assert_eq!(
+        policy.margins(DeviceId(0)).1,
+        nanos(PolicyConfig::default().buffer)
     );
 }
 
