@@ -4,7 +4,13 @@
 # readiness and samples the server's RSS; then a normal load right after. Not in CI.
 #
 #   bench/overload/run.sh [--bin PATH] [--duration S] [--factor X] [--rate R]
-#                         [--max-in-flight N] [--perf DIR]
+#                         [--max-in-flight N] [--perf DIR] [--client-cores front|any|LIST]
+#
+# The load generator runs on the server's front-end cores (`front`, the default, read from
+# the server's `cores:` line), never on a core a cpu device is pinned to: a real client
+# runs on another machine, and one that shares a device's core stretches its runs, so
+# the policy admits work the device then cannot finish (`timed_out`). `any` leaves it
+# unpinned; a LIST is taskset's.
 #
 # --max-in-flight N: the burst's load generator's bound on requests outstanding (default
 # 1024, loadgen's); arrivals beyond it are `client_overflow`. When the client and server
@@ -34,6 +40,7 @@ factor=10
 perf_dir=""
 fixed_rate=""
 in_flight=1024
+client_cores=front
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bin=$2; shift 2 ;;
@@ -42,6 +49,7 @@ while [ $# -gt 0 ]; do
         --rate) fixed_rate=$2; shift 2 ;;
         --max-in-flight) in_flight=$2; shift 2 ;;
         --perf) perf_dir=$(realpath -m "$2"); mkdir -p "$perf_dir"; shift 2 ;;
+        --client-cores) client_cores=$2; shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -62,7 +70,7 @@ trap cleanup EXIT
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 sed -e "s|^listen = .*|listen = \"127.0.0.1:$port\"|" config.toml > "$work/config.toml"
-(cd "$work" && RUST_LOG=warn,clockwork::serve=info exec "$bin" serve --config config.toml) 2> "$work/log" &
+(cd "$work" && RUST_LOG=warn,clockwork::serve=info,clockwork::actors::from_config=info exec "$bin" serve --config config.toml) 2> "$work/log" &
 server_pid=$!
 base="http://127.0.0.1:$port"
 for _ in $(seq 1 1200); do
@@ -70,6 +78,18 @@ for _ in $(seq 1 1200); do
     kill -0 "$server_pid" 2>/dev/null || { cat "$work/log"; exit 1; }
     sleep 0.1
 done
+
+# Where the load generator runs: off the devices' cores (see the top of this file).
+pin=()
+if [ "$client_cores" = front ]; then
+    client_cores=$(grep -m1 "cores:" "$work/log" | sed -n 's/.*front_end_cores=\([0-9,]*\).*/\1/p')
+fi
+if [ "$client_cores" != any ] && [ -n "$client_cores" ]; then
+    pin=(taskset -c "$client_cores")
+fi
+grep -m1 "cores:" "$work/log" | sed 's/^.*cores:/cores:/' || true
+echo "load generator: ${pin[*]:-unpinned}"
+loadgen() { "${pin[@]}" "$bin" loadgen "$@"; }
 
 # summary DIR: offered, in time, late, refused, errors, refusal and answer latencies.
 summary() {
@@ -87,7 +107,7 @@ print(json.dumps({
 PY
 }
 
-"$bin" loadgen --url "$base" --workload closed --clients 16 --duration 10s --quiet --out "$work/capacity" 2> /dev/null > /dev/null
+loadgen --url "$base" --workload closed --clients 16 --duration 10s --quiet --out "$work/capacity" 2> /dev/null > /dev/null
 capacity=$(summary "$work/capacity" | python3 -c 'import json,sys; print(json.load(sys.stdin)["goodput_per_s"])')
 rate=${fixed_rate:-$(python3 -c "print(round($capacity * $factor))")}
 echo "capacity: $capacity answers/s in time (closed loop, 16 clients, 10 s); burst: $rate/s ($(python3 -c "print(round($rate / $capacity, 1))")x) for ${duration}s"
@@ -95,7 +115,7 @@ echo "capacity: $capacity answers/s in time (closed loop, 16 clients, 10 s); bur
 # The same normal load before the burst, the reference for "back to normal" below (the
 # same seed: the same requests to the same models).
 after=$(python3 -c "print(max(1, round($capacity / 2)))")
-"$bin" loadgen --url "$base" --workload poisson --rate "$after" --duration 1s --quiet --out "$work/before" 2> /dev/null > /dev/null
+loadgen --url "$base" --workload poisson --rate "$after" --duration 1s --quiet --out "$work/before" 2> /dev/null > /dev/null
 echo "a second before (0.5x, $after/s): $(summary "$work/before")"
 
 # Connections accepted so far: the burst's own are those counted after it, less these.
@@ -104,7 +124,7 @@ connections_before=$(connections)
 curl -s "$base/metrics" > "$work/metrics_before"
 python3 bench/overload/sample.py --base "$base" --pid "$server_pid" --stop "$work/stop" > "$work/sample.json" &
 sampler_pid=$!
-"$bin" loadgen --url "$base" --workload poisson --rate "$rate" --duration "${duration}s" --max-in-flight "$in_flight" --quiet --out "$work/burst" 2> /dev/null > /dev/null &
+"${pin[@]}" "$bin" loadgen --url "$base" --workload poisson --rate "$rate" --duration "${duration}s" --max-in-flight "$in_flight" --quiet --out "$work/burst" 2> /dev/null > /dev/null &
 loadgen_pid=$!
 perf_pids=""
 if [ -n "$perf_dir" ]; then
@@ -173,7 +193,7 @@ echo "connections accepted during the burst: $(( $(connections) - ${connections_
 
 # Normal load again, one second at a time: how soon it is served as before the burst.
 for second in 1 2 3 4 5; do
-    "$bin" loadgen --url "$base" --workload poisson --rate "$after" --duration 1s --quiet --out "$work/after$second" 2> /dev/null > /dev/null
+    loadgen --url "$base" --workload poisson --rate "$after" --duration 1s --quiet --out "$work/after$second" 2> /dev/null > /dev/null
     echo "second $second after (0.5x, $after/s): $(summary "$work/after$second")"
 done
 kill -0 "$server_pid" 2>/dev/null && echo "server: still up"

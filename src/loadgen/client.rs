@@ -83,8 +83,21 @@ impl Prepared {
 
     fn request(&self, header_length: usize, body: &[u8]) -> Bytes {
         let host = self.uri.authority().map_or("", |a| a.as_str());
-        super::h1::request(host, self.uri.path(), header_length, body)
+        plain_request(host, self.uri.path(), header_length, body)
     }
+}
+
+/// A whole request for `h1::Pool`: head and body in one buffer, sent in one write.
+pub(super) fn plain_request(host: &str, path: &str, header_length: usize, body: &[u8]) -> Bytes {
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/octet-stream\r\n\
+         inference-header-content-length: {header_length}\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut whole = Vec::with_capacity(head.len() + body.len());
+    whole.extend_from_slice(head.as_bytes());
+    whole.extend_from_slice(body);
+    whole.into()
 }
 
 /// `size` bytes of input: FP32 values uniform in [-1, 1) from `rng`, else zeros.
@@ -500,5 +513,15 @@ mod tests {
             Answered::from(Sent::UnknownKind("brand_new".into())),
             Answered::Unrecognised("unknown error_type 'brand_new'".into())
         );
+    }
+
+    #[test]
+    fn a_request_is_its_head_then_its_body() {
+        let whole = plain_request("h:1", "/v2/models/m/infer", 2, b"{}\x01");
+        let text = String::from_utf8_lossy(&whole);
+        assert!(text.starts_with("POST /v2/models/m/infer HTTP/1.1\r\n"));
+        assert!(text.contains("content-length: 3\r\n"));
+        assert!(text.contains("inference-header-content-length: 2\r\n"));
+        assert!(whole.ends_with(b"\r\n\r\n{}\x01"));
     }
 }

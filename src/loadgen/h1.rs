@@ -263,19 +263,6 @@ fn parse_head(buffer: &[u8]) -> Result<Option<Head>, Malformed> {
     Ok(Some(head))
 }
 
-/// A whole request: head and body in one buffer, sent in one write.
-pub fn request(host: &str, path: &str, header_length: usize, body: &[u8]) -> Bytes {
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/octet-stream\r\n\
-         inference-header-content-length: {header_length}\r\ncontent-length: {}\r\n\r\n",
-        body.len()
-    );
-    let mut whole = Vec::with_capacity(head.len() + body.len());
-    whole.extend_from_slice(head.as_bytes());
-    whole.extend_from_slice(body);
-    whole.into()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,7 +308,8 @@ mod tests {
             // Closed with most of the body unread: the client's write fails.
         });
         let pool = Pool::new(address, Duration::from_secs(5));
-        let whole = request("h", "/v2/models/m/infer", 2, &vec![0u8; 32 << 20]);
+        let whole =
+            super::super::client::plain_request("h", "/v2/models/m/infer", 2, &vec![0u8; 32 << 20]);
         let answer = pool.exchange(&whole).await.expect("the 503 is read");
         assert_eq!((answer.status, &answer.body[..]), (503, &b"{}"[..]));
         assert!(
@@ -329,15 +317,5 @@ mod tests {
             "the closed connection is not kept"
         );
         server.await.expect("server");
-    }
-
-    #[test]
-    fn a_request_is_its_head_then_its_body() {
-        let whole = request("h:1", "/v2/models/m/infer", 2, b"{}\x01");
-        let text = String::from_utf8_lossy(&whole);
-        assert!(text.starts_with("POST /v2/models/m/infer HTTP/1.1\r\n"));
-        assert!(text.contains("content-length: 3\r\n"));
-        assert!(text.contains("inference-header-content-length: 2\r\n"));
-        assert!(whole.ends_with(b"\r\n\r\n{}\x01"));
     }
 }
