@@ -69,16 +69,19 @@ impl Load {
     }
 }
 
-/// Runs `load` on devices whose run times spread by `spread` (0: exact); answers the
-/// report and each device's (expected lag, overrun margin) at the end.
-fn run(load: &Load, config: &PolicyConfig, spread: f64) -> (Report, Vec<(Nanos, Nanos)>) {
+/// The testbed for `load`: its devices (each told a dispatch lag of `lag`, if any) and
+/// models in a Clockwork policy with `config`.
+fn testbed(load: &Load, config: &PolicyConfig, lag: Option<Nanos>) -> Testbed<ClockworkPolicy> {
     let mut policy = ClockworkPolicy::new(config);
     let pages = vec![8; load.devices];
-    for _ in &pages {
+    for device in 0..load.devices {
         policy.add_device(DeviceInfo {
             kind: "test".into(),
             pages: 8,
         });
+        if let Some(lag) = lag {
+            policy.set_lag(DeviceId(device as u32), lag);
+        }
     }
     let models: Vec<(u32, ModelProfile)> =
         (0..load.models).map(|_| (1, profile(load.base))).collect();
@@ -90,8 +93,13 @@ fn run(load: &Load, config: &PolicyConfig, spread: f64) -> (Report, Vec<(Nanos, 
             devices: None,
         });
     }
-    let max_batch = config.max_batch as usize;
-    let mut testbed = Testbed::new(policy, &pages, models, max_batch).with_spread(spread);
+    Testbed::new(policy, &pages, models, config.max_batch as usize)
+}
+
+/// Runs `load` on devices whose run times spread by `spread` (0: exact); answers the
+/// report and each device's (expected lag, overrun margin) at the end.
+fn run(load: &Load, config: &PolicyConfig, spread: f64) -> (Report, Vec<(Nanos, Nanos)>) {
+    let mut testbed = testbed(load, config, None).with_spread(spread);
     let report = testbed.run(load.requests());
     let margins = (0..load.devices)
         .map(|d| testbed.policy.margins(DeviceId(d as u32)))
@@ -195,27 +203,8 @@ fn a_lag_beyond_the_schedule_ahead_window_still_serves() {
         n: 1000,
         ..tight()
     };
-    let mut policy = ClockworkPolicy::new(&config);
     let lag = config.schedule_ahead.as_nanos() as Nanos * 2;
-    for device in 0..load.devices {
-        policy.add_device(DeviceInfo {
-            kind: "test".into(),
-            pages: 8,
-        });
-        policy.set_lag(DeviceId(device as u32), lag);
-    }
-    let models: Vec<(u32, ModelProfile)> =
-        (0..load.models).map(|_| (1, profile(load.base))).collect();
-    for (pages, profile) in &models {
-        policy.add_model(ModelInfo {
-            pages: *pages,
-            profile: profile.clone(),
-            by_kind: Vec::new(),
-            devices: None,
-        });
-    }
-    let pages = vec![8; load.devices];
-    let mut testbed = Testbed::new(policy, &pages, models, config.max_batch as usize);
+    let mut testbed = testbed(&load, &config, Some(lag));
     let report = testbed.run(load.requests());
     assert!(report.violations.is_empty(), "{:?}", report.violations);
     assert_eq!(report.late, 0, "{report:?}");
