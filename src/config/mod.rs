@@ -276,8 +276,9 @@ pub struct PolicyConfig {
     /// refused on its estimates, estimates not measured for this long go back to the
     /// profile. Without it a slow spell that raised an estimate past every objective
     /// would refuse that model forever (nothing runs, so nothing is measured again).
-    /// Learned margins age the same way: once no device has learned from a report for
-    /// this long, those whose margins are that old go back to `expected_lag` and `buffer`.
+    /// Learned margins age the same way: when a request's objective leaves no room for a
+    /// run besides the learned buffer and no device has learned from a report for this
+    /// long, those whose margins are that old go back to `expected_lag` and `buffer`.
     #[serde(with = "humantime_serde")]
     pub estimate_max_age: Duration,
     /// Expected delay between the controller sending an action and an executor seeing it:

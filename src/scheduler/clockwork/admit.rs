@@ -30,7 +30,13 @@ impl ClockworkPolicy {
     pub(super) fn admit_request(&mut self, request: Request, now: Nanos, plan: &mut Plan) {
         // The controller admits only models it added (see `Policy::admit`).
         self.models[request.model.0 as usize].rate.record(now);
-        self.refresh_margins(now);
+        let model = &self.models[request.model.0 as usize];
+        let quickest = model.exec.iter().map(|k| k[0].get()).min().unwrap_or(0);
+        if self.buffer.saturating_add(quickest) >= request.slo {
+            // Margins so wide that not even the quickest run fits: stale ones give way
+            // first (see `refresh_margins`).
+            self.refresh_margins(now);
+        }
         let model = &self.models[request.model.0 as usize];
         let p = &self.params;
         // Keep a buffer for estimate error (learned per device, see `rewiden_buffer`), but

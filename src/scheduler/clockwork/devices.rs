@@ -30,11 +30,14 @@ impl ClockworkPolicy {
     /// margins that would let work back. So when no device has learned from a report for
     /// `estimate_max_age` (what makes an estimate stale too), each device whose margins
     /// are that old goes back to the configured lag and buffer until it has learned
-    /// again. Called at admission; one comparison while reports come.
-    pub(super) fn refresh_margins(&mut self, now: Nanos) {
+    /// again. Called only when a request's objective leaves no room for even its model's
+    /// quickest run besides the buffer: an idle spell alone keeps what was learned (on a
+    /// noisy device the seeds are narrower than what it learned). Answers whether any
+    /// device forgot.
+    pub(super) fn refresh_margins(&mut self, now: Nanos) -> bool {
         let since = now.saturating_sub(self.params.estimate_max_age);
         if self.taught_at >= since || !self.params.learn_margins {
-            return;
+            return false;
         }
         let (window, percentile) = (self.params.margin_window, self.params.margin_percentile);
         let mut forgot = false;
@@ -44,6 +47,7 @@ impl ClockworkPolicy {
         if forgot {
             self.rewiden_buffer();
         }
+        forgot
     }
 
     /// `Policy::set_suspect`.

@@ -413,8 +413,9 @@ fn margins_raised_by_a_slow_spell_do_not_refuse_forever() {
     assert!(buffer >= trip, "learned buffer {buffer}");
     assert!(!served(&mut policy, 100, now + 10 * MS), "fresh margins");
     let max_age = nanos(PolicyConfig::default().estimate_max_age);
+    let later = now + max_age + MS;
     assert!(
-        served(&mut policy, 101, now + max_age + MS),
+        served(&mut policy, 101, later),
         "margins nothing taught for longer than estimate_max_age give way"
     );
     assert_eq!(
