@@ -107,44 +107,9 @@ impl Sampler {
     }
 }
 
-/// Runs `work` and answers its result with the time it took on a core: its wall time
-/// less what the kernel kept this thread waiting for one meanwhile. Profiling measures
-/// with it, so that a model profiled while something else ran (a build, a client, the
-/// other models' registration) is seeded with what its runs cost on a device's own core,
-/// not with the neighbours' noise (a seed past the objective refuses every request, and
-/// a refused request is never measured to correct it).
-pub fn on_core<T>(work: impl FnOnce() -> T) -> (T, Nanos) {
-    let before = waited_so_far();
-    let begin = std::time::Instant::now();
-    let value = work();
-    let wall = crate::time::nanos(begin.elapsed());
-    (value, own_time(wall, before, waited_so_far()))
-}
-
-/// `wall` less the waiting between the two readings of [`waited_so_far`] (all of
-/// `wall` if either is missing).
-pub fn own_time(wall: Nanos, before: Option<Nanos>, after: Option<Nanos>) -> Nanos {
-    let waited = after
-        .zip(before)
-        .map_or(0, |(after, before)| after.saturating_sub(before));
-    wall.saturating_sub(waited)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_time_on_a_core_leaves_out_the_waiting() {
-        assert_eq!(own_time(20 * MS, Some(5 * MS), Some(12 * MS)), 13 * MS);
-        // Unknown waiting: the wall time, as before.
-        assert_eq!(own_time(20 * MS, None, Some(12 * MS)), 20 * MS);
-        // Never below zero.
-        assert_eq!(own_time(MS, Some(0), Some(3 * MS)), 0);
-        let (value, took) = on_core(|| 7);
-        assert_eq!(value, 7);
-        assert!(took < 1_000 * MS);
-    }
 
     const MS: Nanos = 1_000_000;
 

@@ -7,22 +7,25 @@
 //!
 //! The measured distributions are kept (the repository stores them beside the model so a
 //! restart reuses them); the controller's estimates are seeded from their 99th
-//! percentile, the statistic its sliding window keeps. Each run counts the time it ran on
-//! a core, not the time it waited for one ([`on_core`]): a device has a core of its own,
-//! and registration may run while the machine is busy.
+//! percentile, the statistic its sliding window keeps. Runs are timed by the wall clock,
+//! as requests will see them: seeds from each run's time on a core alone (less what it
+//! waited for one) were tried and made answers late at a light load, the seed being
+//! below what runs then took (docs/EXPERIMENTS.md, "Re-measured on main (end of the sixth
+//! session)"); a device whose core is shared says so at run time (`gpu::contention`).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use tract_linalg::multithread::Executor;
 
 use super::{CpuDevice, CpuError, CpuSettings, ModelPlans};
-use crate::gpu::contention::on_core;
 use crate::gpu::thread::BlockingDevice;
 use crate::gpu::{DeviceError, InferJob, ModelArtifact, Prepared};
 use crate::model::{BatchLatency, DataType, ModelId, ModelProfile, ModelSpec, TensorSpec};
 use crate::stats::Summary;
 use crate::tensor::Tensor;
+use crate::time::nanos;
 
 /// How much profiling to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -173,9 +176,9 @@ pub fn time_loads_on(
 ) -> Result<Summary, DeviceError> {
     let mut samples = Vec::new();
     for _ in 0..loads.max(1) {
-        let (loaded, took) = on_core(|| device.load(artifact));
-        loaded?;
-        samples.push(took as f64);
+        let begin = Instant::now();
+        device.load(artifact)?;
+        samples.push(nanos(begin.elapsed()) as f64);
         device.unload(artifact.id)?;
     }
     Ok(Summary::of(&samples).expect("at least one load"))
@@ -212,9 +215,9 @@ pub fn time_each<E>(
         }
         let mut samples = Vec::with_capacity(runs as usize);
         for _ in 0..runs.max(1) {
-            let (ran, took) = on_core(|| run(&items));
-            ran?;
-            samples.push(took as f64);
+            let begin = Instant::now();
+            run(&items)?;
+            samples.push(nanos(begin.elapsed()) as f64);
         }
         let latency = Summary::of(&samples).expect("at least one run");
         profiles.push(BatchProfile { batch, latency });
