@@ -204,70 +204,6 @@ impl ReactivePolicy {
         );
     }
 
-    /// Loads the oldest missed model on a device with an idle load lane, evicting the
-    /// least recently used models to make room.
-    fn load_missed(&mut self, device: DeviceId, now: Nanos, plan: &mut Plan) {
-        while let Some(&model) = self.misses.front() {
-            let m = &self.models[model.0 as usize];
-            let held = self
-                .devices
-                .iter()
-                .any(|d| d.residents.contains_key(&model));
-            if m.queue.is_empty() || held || m.loading {
-                self.misses.pop_front();
-                continue;
-            }
-            if !m.info.allowed_on(device) {
-                // Another device takes it (every model may be held by some device).
-                return;
-            }
-            let Some(victims) = self.lru_victims(device, m.info.pages) else {
-                return;
-            };
-            self.misses.pop_front();
-            for victim in victims {
-                let d = &mut self.devices[device.0 as usize];
-                if d.residents.remove(&victim).is_some() {
-                    d.used -= m_pages(&self.models, victim);
-                }
-                if !self.models[victim.0 as usize].queue.is_empty() {
-                    // Its waiting requests now miss too.
-                    self.misses.push_back(victim);
-                }
-                self.send(plan, device, victim, ActionKind::Unload, Work::Unload, now);
-            }
-            let pages = self.models[model.0 as usize].info.pages;
-            let d = &mut self.devices[device.0 as usize];
-            d.used += pages;
-            d.residents.insert(model, (false, now, 0));
-            d.load_busy = true;
-            self.models[model.0 as usize].loading = true;
-            self.send(plan, device, model, ActionKind::Load, Work::Load, now);
-            return;
-        }
-    }
-
-    fn lru_victims(&self, device: DeviceId, needed: u32) -> Option<Vec<ModelId>> {
-        let d = &self.devices[device.0 as usize];
-        let mut idle: Vec<(Nanos, ModelId)> = d
-            .residents
-            .iter()
-            .filter(|(_, r)| r.0 && r.2 == 0)
-            .map(|(&m, r)| (r.1, m))
-            .collect();
-        idle.sort_unstable();
-        let mut free = d.pages - d.used;
-        let mut victims = Vec::new();
-        for (_, m) in idle {
-            if free >= needed {
-                break;
-            }
-            free += m_pages(&self.models, m);
-            victims.push(m);
-        }
-        (free >= needed).then_some(victims)
-    }
-
     fn finish_infer(
         &mut self,
         device: DeviceId,
@@ -318,6 +254,8 @@ impl ReactivePolicy {
     }
 }
 
+#[path = "reactive_load.rs"]
+mod load;
 #[path = "reactive_triton.rs"]
 mod triton;
 
