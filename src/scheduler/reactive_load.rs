@@ -28,24 +28,7 @@ impl ReactivePolicy {
                 return;
             };
             self.misses.pop_front();
-            for victim in victims {
-                let d = &mut self.devices[device.0 as usize];
-                if d.residents.remove(&victim).is_some() {
-                    d.used -= m_pages(&self.models, victim);
-                }
-                if !self.models[victim.0 as usize].queue.is_empty() {
-                    // Its waiting requests now miss too.
-                    self.misses.push_back(victim);
-                }
-                self.send(plan, device, victim, ActionKind::Unload, Work::Unload, now);
-            }
-            let pages = self.models[model.0 as usize].info.pages;
-            let d = &mut self.devices[device.0 as usize];
-            d.used += pages;
-            d.residents.insert(model, (false, now, 0));
-            d.load_busy = true;
-            self.models[model.0 as usize].loading = true;
-            self.send(plan, device, model, ActionKind::Load, Work::Load, now);
+            self.evict_and_load(device, model, victims, now, plan);
             return;
         }
     }
@@ -69,5 +52,35 @@ impl ReactivePolicy {
             victims.push(m);
         }
         (free >= needed).then_some(victims)
+    }
+
+    /// Unloads `victims` from `device` (a victim with waiting requests misses again) and
+    /// loads `model` there in their place.
+    pub(super) fn evict_and_load(
+        &mut self,
+        device: DeviceId,
+        model: ModelId,
+        victims: Vec<ModelId>,
+        now: Nanos,
+        plan: &mut Plan,
+    ) {
+        for victim in victims {
+            let d = &mut self.devices[device.0 as usize];
+            if d.residents.remove(&victim).is_some() {
+                d.used -= m_pages(&self.models, victim);
+            }
+            if !self.models[victim.0 as usize].queue.is_empty() {
+                // Its waiting requests now miss too.
+                self.misses.push_back(victim);
+            }
+            self.send(plan, device, victim, ActionKind::Unload, Work::Unload, now);
+        }
+        let pages = self.models[model.0 as usize].info.pages;
+        let d = &mut self.devices[device.0 as usize];
+        d.used += pages;
+        d.residents.insert(model, (false, now, 0));
+        d.load_busy = true;
+        self.models[model.0 as usize].loading = true;
+        self.send(plan, device, model, ActionKind::Load, Work::Load, now);
     }
 }

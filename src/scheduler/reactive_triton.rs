@@ -6,9 +6,9 @@
 //! instances, sized ahead for the mean load by whoever sets them), and a request whose
 //! deadline passed while it waited is dropped (its per-model timeout) instead of run.
 
-use super::{m_pages, Model, ReactivePolicy, Work};
+use super::{m_pages, Model, ReactivePolicy};
 use crate::model::{DeviceId, ModelId};
-use crate::scheduler::{ActionKind, Answer, Plan, Refusal, Verdict};
+use crate::scheduler::{Answer, Plan, Refusal, Verdict};
 use crate::time::Nanos;
 
 impl ReactivePolicy {
@@ -49,23 +49,7 @@ impl ReactivePolicy {
             let Some((device, victims)) = self.room_for(id) else {
                 continue;
             };
-            for victim in victims {
-                let d = &mut self.devices[device.0 as usize];
-                if d.residents.remove(&victim).is_some() {
-                    d.used -= m_pages(&self.models, victim);
-                }
-                if !self.models[victim.0 as usize].queue.is_empty() {
-                    self.misses.push_back(victim);
-                }
-                self.send(plan, device, victim, ActionKind::Unload, Work::Unload, now);
-            }
-            let pages = self.models[model].info.pages;
-            let d = &mut self.devices[device.0 as usize];
-            d.used += pages;
-            d.residents.insert(id, (false, now, 0));
-            d.load_busy = true;
-            self.models[model].loading = true;
-            self.send(plan, device, id, ActionKind::Load, Work::Load, now);
+            self.evict_and_load(device, id, victims, now, plan);
         }
     }
 
