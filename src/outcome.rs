@@ -45,6 +45,10 @@ outcomes! {
     DeadlineUnreachable = "deadline_unreachable",
     /// Refused by the policy: it waited until no device could finish it in time.
     TimedOut = "timed_out",
+    /// Refused at its deadline by the front end: the batch that carried it (or its answer's
+    /// way back) took longer than planned, so its outputs were not ready in time and are
+    /// dropped when they come.
+    Overran = "overran",
     /// Withdrawn while queued: it was a pipeline's sub-request and its root was already
     /// answered with a refusal, so it uses no device time.
     Withdrawn = "withdrawn",
@@ -102,9 +106,8 @@ impl Outcome {
         match self {
             Ok => Class::InTime,
             Late => Class::Late,
-            DeadlineUnreachable | TimedOut | Withdrawn | ShuttingDown | ModelUnavailable => {
-                Class::Refused
-            }
+            DeadlineUnreachable | TimedOut | Overran | Withdrawn | ShuttingDown
+            | ModelUnavailable => Class::Refused,
             UnknownModel | UnknownVersion | LoadFailed | NotFound | BadInput | InvalidJson
             | InvalidBinary | InvalidBody | PayloadTooLarge | Unauthorized | Forbidden => {
                 Class::Rejected
@@ -129,9 +132,9 @@ impl Outcome {
         use Outcome::*;
         match self {
             Ok | Late | DeadlineUnreachable | TimedOut | Withdrawn | ExecutionFailed => true,
-            ShuttingDown | UnknownModel | UnknownVersion | ModelUnavailable | LoadFailed
-            | NotFound | BadInput | InvalidJson | InvalidBinary | InvalidBody | PayloadTooLarge
-            | Unauthorized | Forbidden => false,
+            Overran | ShuttingDown | UnknownModel | UnknownVersion | ModelUnavailable
+            | LoadFailed | NotFound | BadInput | InvalidJson | InvalidBinary | InvalidBody
+            | PayloadTooLarge | Unauthorized | Forbidden => false,
         }
     }
 }
@@ -217,6 +220,7 @@ mod tests {
             [
                 Outcome::DeadlineUnreachable,
                 Outcome::TimedOut,
+                Outcome::Overran,
                 Outcome::Withdrawn,
                 Outcome::ShuttingDown,
                 Outcome::ModelUnavailable

@@ -169,3 +169,49 @@ fn check_server_timing(header: Option<&str>, waited: Duration) {
     );
     assert!(timing.contains(", exec;dur="), "{timing}");
 }
+
+/// One emulated V100 that runs 30 times slower from 1.5 s after the server's start.
+const SLOWS_DOWN: &str = r#"
+[[devices]]
+backend = "sim"
+profile = "v100"
+
+[devices.sim]
+slowdown = { from = "1500ms", until = "1h", factor = 30.0 }
+"#;
+
+/// A request whose batch overruns its estimate past the deadline is refused at the deadline
+/// (503 `overran`), not answered late: the client hears within its objective. Mutation that breaks it: no deadline on the wait
+/// for the controller's answer in `Front::answer` (the answer comes 200, after 300 ms).
+#[actix_web::test]
+async fn an_answer_not_ready_by_the_deadline_is_a_refusal_then() {
+    let started = Instant::now();
+    let server = api_support::start_with(
+        SLOWS_DOWN,
+        vec![slow_model()],
+        clockwork::api::ApiSettings::default(),
+    )
+    .await;
+    warm(&server).await;
+    // Past the slowdown's start: the policy still plans 10 ms, the run takes 300 ms.
+    let wait = Duration::from_millis(1700).saturating_sub(started.elapsed());
+    assert!(!wait.is_zero(), "warming took the whole normal spell");
+    tokio::time::sleep(wait).await;
+    let asked = Instant::now();
+    let answer = server.post_json(SLOW, &api_support::mlp_request(1.0)).await;
+    let took = asked.elapsed();
+    api_support::assert_error(&answer, 503, "overran", "'slow'");
+    // At the deadline (tokio's timers are millisecond-grained and the client shares the
+    // process), long before the 300 ms run ends.
+    assert!(
+        (Duration::from_millis(90)..Duration::from_millis(150)).contains(&took),
+        "refused at the deadline, not after the run: {took:?}"
+    );
+    let (_, metrics) = server.get("/metrics").await;
+    let metrics = String::from_utf8_lossy(&metrics);
+    let overran = r#"clockwork_requests{model="slow",outcome="overran"}"#;
+    assert_eq!(sum(&metrics, &[overran]), 1.0, "{metrics}");
+    let errors = r#"clockwork_request_errors{error_type="overran"}"#;
+    assert_eq!(sum(&metrics, &[errors]), 1.0, "{metrics}");
+    server.stop().await;
+}

@@ -215,3 +215,36 @@ fn a_lag_beyond_the_schedule_ahead_window_still_serves() {
         load.n
     );
 }
+
+/// On a noisy device, admission that counts the queue ahead at its mean
+/// (`queue_at_mean`) serves more than one that sums every batch's high estimate, and
+/// answers none late: the plan still checks each batch at its estimate when it starts.
+/// Mutation that breaks it: `drain` counting the batches ahead at the estimate whatever
+/// `queue_at_mean` says (both serve the same).
+#[test]
+fn the_queue_counted_at_its_mean_serves_more_on_a_noisy_device() {
+    let load = Load {
+        devices: 1,
+        models: 1,
+        n: 3000,
+        gap: 2600 * US,
+        slo: 10 * MS,
+        ..tight()
+    };
+    let sums = PolicyConfig {
+        queue_at_mean: false,
+        ..PolicyConfig::default()
+    };
+    let (at_mean, _) = run(&load, &PolicyConfig::default(), 0.3);
+    let (summed, _) = run(&load, &sums, 0.3);
+    for report in [&at_mean, &summed] {
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        assert_eq!(report.late, 0, "{report:?}");
+    }
+    assert!(
+        at_mean.completed > summed.completed,
+        "at the mean {} vs summed estimates {}: {at_mean:?} {summed:?}",
+        at_mean.completed,
+        summed.completed
+    );
+}

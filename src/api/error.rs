@@ -50,6 +50,11 @@ pub enum ApiError {
     /// A guarded route with a token it does not accept (the token is not repeated).
     #[error("the bearer token is not accepted for this {} route", role.as_str())]
     Forbidden { role: Role },
+    /// Its answer was not ready by its deadline (the run that carried it, or the answer's
+    /// way back, took longer than planned): refused then, so that the client hears within
+    /// its objective, and the outputs that come later are dropped.
+    #[error("model '{model}' did not have the answer by the latency objective: its run took longer than estimated; retry after 1 s")]
+    Overran { model: String },
     /// The front end refused it before the controller saw it: its deadline, counted from
     /// its arrival, cannot be met.
     #[error("refused {}: model '{model}' cannot answer within the latency objective; retry after {retry_after_s} s", stage.as_str())]
@@ -80,6 +85,7 @@ impl ApiError {
             ApiError::LoadFailed { .. } => Outcome::LoadFailed,
             ApiError::NotFound { .. } => Outcome::NotFound,
             ApiError::Early { .. } => Outcome::DeadlineUnreachable,
+            ApiError::Overran { .. } => Outcome::Overran,
             ApiError::Unauthorized { .. } => Outcome::Unauthorized,
             ApiError::Forbidden { .. } => Outcome::Forbidden,
         }
@@ -99,7 +105,7 @@ pub fn status_for(outcome: Outcome) -> StatusCode {
         Unauthorized => StatusCode::UNAUTHORIZED,
         Forbidden => StatusCode::FORBIDDEN,
         ExecutionFailed => StatusCode::INTERNAL_SERVER_ERROR,
-        DeadlineUnreachable | TimedOut | Withdrawn | ShuttingDown | ModelUnavailable => {
+        DeadlineUnreachable | TimedOut | Overran | Withdrawn | ShuttingDown | ModelUnavailable => {
             StatusCode::SERVICE_UNAVAILABLE
         }
     }

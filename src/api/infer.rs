@@ -48,7 +48,7 @@ use crate::time::Nanos;
         (status = 404, description = "unknown_model, unknown_version", body = ErrorBody),
         (status = 413, description = "payload_too_large", body = ErrorBody),
         (status = 500, description = "execution_failed", body = ErrorBody),
-        (status = 503, description = "deadline_unreachable, timed_out, withdrawn, shutting_down, model_unavailable", body = ErrorBody),
+        (status = 503, description = "deadline_unreachable, timed_out, overran, withdrawn, shutting_down, model_unavailable", body = ErrorBody),
     )
 )]
 #[post("/v2/models/{model}/infer")]
@@ -73,7 +73,7 @@ pub(super) async fn infer(
         (status = 404, description = "unknown_model, unknown_version", body = ErrorBody),
         (status = 413, description = "payload_too_large", body = ErrorBody),
         (status = 500, description = "execution_failed", body = ErrorBody),
-        (status = 503, description = "deadline_unreachable, timed_out, withdrawn, shutting_down, model_unavailable", body = ErrorBody),
+        (status = 503, description = "deadline_unreachable, timed_out, overran, withdrawn, shutting_down, model_unavailable", body = ErrorBody),
     )
 )]
 #[post("/v2/models/{model}/versions/{version}/infer")]
@@ -263,6 +263,14 @@ impl<'a> Front<'a> {
         }
     }
 
+    /// The answer was not there by the deadline: its batch ran (or its answer came back)
+    /// later than planned.
+    fn overran(&self) -> ApiError {
+        ApiError::Overran {
+            model: self.target.spec().name.clone(),
+        }
+    }
+
     /// A debug line (`api::trace`) with the request's times, where it ended.
     fn trace(&self, what: &str, stage: &str, submitted: Option<Nanos>) {
         if super::trace::enabled() {
@@ -395,11 +403,27 @@ impl<'a> Front<'a> {
         let submitted = super::trace::enabled().then(|| self.state.clock.now());
         let inputs = std::mem::take(&mut decoded.inputs);
         let (items, slo_asked) = (decoded.batched.items, decoded.slo);
-        let answer = match self.target {
-            Target::Model(entry) => call(self.state, entry, inputs, items, slo_asked, edge).await,
-            Target::Pipeline { served, .. } => {
-                super::pipelines::call(self.state, served, inputs, items, slo_asked, edge).await
+        let call = async {
+            match self.target {
+                Target::Model(entry) => {
+                    call(self.state, entry, inputs, items, slo_asked, edge).await
+                }
+                Target::Pipeline { served, .. } => {
+                    super::pipelines::call(self.state, served, inputs, items, slo_asked, edge).await
+                }
             }
+        };
+        // The answer is due by the deadline, whatever the run took: past it (less the
+        // encoding, at most the best recent way back, which includes it), the request is
+        // refused then, and outputs that come later are dropped (see `ApiError::Overran`).
+        let due = self
+            .arrival
+            .saturating_add(slo)
+            .saturating_sub(self.outlook.least.respond);
+        let due = self.state.clock.instant(due);
+        let answer = match tokio::time::timeout_at(due, call).await {
+            Ok(answer) => answer,
+            Err(_) => Err(self.overran()),
         };
         let answer = answer.inspect_err(|error| {
             if error.kind().is_refusal() {

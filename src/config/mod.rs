@@ -306,6 +306,20 @@ pub struct PolicyConfig {
     /// Percentile of that window used as the overrun margin (100: the largest seen); the
     /// lag takes the lower of this and `estimate::LAG_PERCENTILE` (90).
     pub margin_percentile: f64,
+    /// Admission projects the batches queued ahead of a new request at the mean of their
+    /// estimate windows (the new request's own batch still at the estimate). Off, every
+    /// batch counts at the estimate, as in the Clockwork paper: a sum of high percentiles,
+    /// which on a device with a tail of slow runs (a cpu core) refuses requests it then
+    /// serves with room to spare. Either way a queued request runs only if, when its turn
+    /// comes, its own batch still fits at the estimate; what this changes is how many are
+    /// admitted to wait for that turn.
+    pub queue_at_mean: bool,
+    /// Admission also counts, on each device that holds the model, the other resident
+    /// models' queued work due before the new request (`scheduler/clockwork/shared.rs`):
+    /// on a device shared by several busy models a request is then refused when it
+    /// arrives rather than when it times out. Off by default: counted that way the
+    /// simulator's load sweep lost goodput past capacity.
+    pub shared_arrival: bool,
     /// Horizon over which a queued request's demand for a device is counted when deciding
     /// which model to load: a request needs its batch-1 time within this much device time.
     #[serde(with = "humantime_serde")]
@@ -336,6 +350,8 @@ impl Default for PolicyConfig {
             learn_margins: true,
             margin_window: 256,
             margin_percentile: 100.0,
+            queue_at_mean: true,
+            shared_arrival: false,
             load_budget: ms(25),
             max_batch: 16,
             max_exec_time: ms(250),

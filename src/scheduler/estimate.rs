@@ -45,6 +45,9 @@ pub struct Estimator {
     /// duration run after run; those reads were most of the cost of a report).
     least: Nanos,
     most: Nanos,
+    /// The sum of the window's values, for its mean: what a queue of runs adds up to is
+    /// their mean times their count far more closely than their high percentile is.
+    sum: u128,
 }
 
 impl Estimator {
@@ -60,7 +63,13 @@ impl Estimator {
             rank: 0,
             least: seed,
             most: seed,
+            sum: u128::from(seed),
         }
+    }
+
+    /// The mean of the window (the seed until the first measurement).
+    pub fn mean(&self) -> Nanos {
+        (self.sum / self.recent.len().max(1) as u128) as Nanos
     }
 
     /// The current estimate.
@@ -102,6 +111,7 @@ impl Estimator {
         self.rank = 0;
         self.least = seed;
         self.most = seed;
+        self.sum = u128::from(seed);
         true
     }
 
@@ -117,6 +127,7 @@ impl Estimator {
             self.seeded = false;
             if let Some(old) = self.recent.pop_front() {
                 self.recent.push_back(measured);
+                self.sum = self.sum - u128::from(old) + u128::from(measured);
                 // A full window (or the seed) trades one value for another: the size and
                 // so the rank stay, and only the values between the two move. A device
                 // with exact timing reports the same margin sample again and again, and
@@ -128,6 +139,7 @@ impl Estimator {
             }
         }
         self.recent.push_back(measured);
+        self.sum += u128::from(measured);
         let at = self.sorted.partition_point(|&v| v < measured);
         self.sorted.insert(at, measured);
         self.update();
@@ -327,6 +339,8 @@ mod tests {
                 proptest::prop_assert_eq!(&e.sorted, &seen);
                 proptest::prop_assert_eq!(e.get(), seen[rank.min(seen.len() - 1)]);
                 proptest::prop_assert_eq!(e.least(), seen[0]);
+                let mean = recent.iter().sum::<u64>() / recent.len() as u64;
+                proptest::prop_assert_eq!(e.mean(), mean);
             }
         }
     }
@@ -338,7 +352,7 @@ mod tests {
         e.observe(500);
         assert_eq!(e.get(), 500);
         assert!(e.reseed(10));
-        assert_eq!(e.get(), 10);
+        assert_eq!((e.get(), e.mean()), (10, 10));
         e.observe(20);
         assert_eq!(e.get(), 20, "the seed is forgotten at the next measurement");
     }

@@ -24,7 +24,7 @@ pub fn code_for(outcome: Outcome) -> Code {
         Forbidden => Code::PermissionDenied,
         ExecutionFailed => Code::Internal,
         // Refusals: the server could not answer in time now; trying later may work.
-        DeadlineUnreachable | TimedOut | Withdrawn | ShuttingDown | ModelUnavailable => {
+        DeadlineUnreachable | TimedOut | Overran | Withdrawn | ShuttingDown | ModelUnavailable => {
             Code::Unavailable
         }
     }

@@ -62,7 +62,7 @@ struct Params {
     /// Refuse hopeless requests early (off only for the ablation that serves them late).
     early_drop: bool,
     /// Count other models' queued work on shared devices when projecting at arrival
-    /// (`shared.rs`); off unless `with_shared_arrival`, since it lowered the load sweep's
+    /// (`shared.rs`); off unless configured (`shared_arrival`) or `with_shared_arrival`, since it lowered the load sweep's
     /// goodput past capacity.
     shared_arrival: bool,
     /// Measurements older than this no longer hold a model's requests back: before
@@ -75,6 +75,8 @@ struct Params {
     learn_margins: bool,
     margin_window: usize,
     margin_percentile: f64,
+    /// Project the queue ahead of an arrival at the estimates' means (`admit.rs`).
+    queue_at_mean: bool,
 }
 
 impl From<&PolicyConfig> for Params {
@@ -92,12 +94,13 @@ impl From<&PolicyConfig> for Params {
                 lag_allowance: nanos(c.lag_allowance),
             },
             early_drop: true,
-            shared_arrival: false,
+            shared_arrival: c.shared_arrival,
             estimate_max_age: nanos(c.estimate_max_age).max(1),
             target_utilisation: c.target_utilisation.clamp(0.05, 1.0),
             learn_margins: c.learn_margins,
             margin_window: c.margin_window,
             margin_percentile: c.margin_percentile,
+            queue_at_mean: c.queue_at_mean,
         }
     }
 }

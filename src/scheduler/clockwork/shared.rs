@@ -64,9 +64,9 @@ impl ClockworkPolicy {
             // Its batches also take its requests due later: costed at the batch its whole
             // queue fills, not the smaller one the requests due first would.
             let fills = (o.queue.items().saturating_sub(expiring) / replicas).max(share);
-            let (size, est) =
-                efficient_batch(o, device.kind, (fills, false), self.params.max_exec_time);
-            let cost = (share as u128 * u128::from(est) / size.max(1) as u128) as Nanos;
+            let batch = efficient_batch(o, device.kind, (fills, false), self.params.max_exec_time);
+            let cost =
+                (share as u128 * u128::from(batch.estimate) / batch.served.max(1) as u128) as Nanos;
             work = work.saturating_add(cost);
         }
         work
