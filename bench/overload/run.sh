@@ -5,7 +5,10 @@
 #
 #   bench/overload/run.sh [--bin PATH] [--duration S] [--factor X] [--rate R]
 #                         [--max-in-flight N] [--perf DIR] [--client-cores front|any|LIST]
+#                         [--config FILE]
 #
+# --config FILE: the server's configuration instead of config.toml (its `listen` is
+# replaced by a free port), to compare settings with one build.
 # The load generator runs on the server's front-end cores (`front`, the default, read from
 # the server's `cores:` line), never on a core a cpu device is pinned to: a real client
 # runs on another machine, and one that shares a device's core stretches its runs, so
@@ -41,6 +44,7 @@ perf_dir=""
 fixed_rate=""
 in_flight=1024
 client_cores=front
+config=config.toml
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bin=$2; shift 2 ;;
@@ -50,6 +54,7 @@ while [ $# -gt 0 ]; do
         --max-in-flight) in_flight=$2; shift 2 ;;
         --perf) perf_dir=$(realpath -m "$2"); mkdir -p "$perf_dir"; shift 2 ;;
         --client-cores) client_cores=$2; shift 2 ;;
+        --config) config=$2; shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -69,7 +74,7 @@ cleanup() {
 trap cleanup EXIT
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-sed -e "s|^listen = .*|listen = \"127.0.0.1:$port\"|" config.toml > "$work/config.toml"
+sed -e "s|^listen = .*|listen = \"127.0.0.1:$port\"|" "$config" > "$work/config.toml"
 (cd "$work" && RUST_LOG=warn,clockwork::serve=info,clockwork::actors::from_config=info exec "$bin" serve --config config.toml) 2> "$work/log" &
 server_pid=$!
 base="http://127.0.0.1:$port"
