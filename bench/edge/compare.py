@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Several edge runs side by side (an A/B of builds or configurations): per body and load,
+each run's client-side goodput with its late answers (those the server held past the
+objective in brackets) and refusals; then each run's capacity, its answers refused at
+the deadline (`overran`, from the server's metrics) and whether perf_analyzer completed.
+
+    bench/edge/compare.py NAME=DIR [NAME=DIR ...]
+"""
+import json
+import re
+import sys
+
+LOADS = ("0.25", "0.5", "0.8", "1", "1.5", "2")
+
+
+def overran(out):
+    """Requests refused at their deadline over the whole run (the metrics after 2x)."""
+    try:
+        text = open(f"{out}/metrics-binary-2.txt").read()
+    except OSError:
+        return "-"
+    m = re.search(r'clockwork_requests\{model="squeezenet",outcome="overran"\} (\d+)', text)
+    return m.group(1) if m else "-"
+
+
+def perf_analyzer(out):
+    try:
+        text = open(f"{out}/perf_analyzer.log").read()
+    except OSError:
+        return "-"
+    errors = text.count("had error")
+    if "Inferences/Second vs." in text:
+        # It measured every concurrency; errors are then only printed at its exit.
+        return f"completed, {errors} error(s) printed at exit" if errors else "completed"
+    concurrency = re.findall(r"Request concurrency: (\d+)", text)
+    return f"failed at {concurrency[-1] if concurrency else '?'}"
+
+
+def main():
+    runs = [arg.split("=", 1) for arg in sys.argv[1:]]
+    names = " | ".join(name for name, _ in runs)
+    print(f"| body | load | {names} |")
+    print("| --- | --- |" + " --- |" * len(runs))
+    for fmt in ("json", "binary"):
+        for x in LOADS:
+            cells = []
+            for _, out in runs:
+                r = json.load(open(f"{out}/{fmt}-{x}.json"))
+                late = f"{r['late']} ({r.get('late_in_server', '-')})"
+                cells.append(f"{r['goodput']:.3f}, late {late}, refused {r['refused']}")
+            print(f"| {fmt} | {x}x | " + " | ".join(cells) + " |")
+    print()
+    print("| run | capacity/s | overran | perf_analyzer c1-4 |")
+    print("| --- | --- | --- | --- |")
+    for name, out in runs:
+        capacity = json.load(open(f"{out}/capacity.json"))["ok_per_s"]
+        print(f"| {name} | {capacity} | {overran(out)} | {perf_analyzer(out)} |")
+
+
+if __name__ == "__main__":
+    main()
