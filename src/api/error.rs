@@ -53,7 +53,7 @@ pub enum ApiError {
     /// Its answer was not ready by its deadline (the run that carried it, or the answer's
     /// way back, took longer than planned): refused then, so that the client hears within
     /// its objective, and the outputs that come later are dropped.
-    #[error("model '{model}' did not have the answer by the latency objective: its run took longer than estimated; retry after 1 s")]
+    #[error("model '{model}' did not have the answer by the latency objective: its run (or the answer's way back) took longer than planned; retry after 1 s")]
     Overran { model: String },
     /// The front end refused it before the controller saw it: its deadline, counted from
     /// its arrival, cannot be met.

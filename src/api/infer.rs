@@ -428,9 +428,15 @@ impl<'a> Front<'a> {
             .saturating_add(slo)
             .saturating_sub(self.outlook.least.respond + GUARD_LEAD);
         let due = self.state.clock.instant(due);
-        let answer = match tokio::time::timeout_at(due, call).await {
-            Ok(answer) => answer,
-            Err(_) => Err(self.overran()),
+        // A request whose objective is over before it is even submitted (a few
+        // microseconds) is the controller's to refuse, at once and by its real reason.
+        let answer = if due <= tokio::time::Instant::now() {
+            call.await
+        } else {
+            match tokio::time::timeout_at(due, call).await {
+                Ok(answer) => answer,
+                Err(_) => Err(self.overran()),
+            }
         };
         let answer = answer.inspect_err(|error| {
             if error.kind().is_refusal() {
