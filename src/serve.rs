@@ -38,6 +38,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         max_body_bytes: config.server.max_body_bytes,
         decode_threads: config.server.decoders(),
         decode_queue: config.server.decode_queue,
+        answer_late: config.server.answer_late,
     };
     let state = ApiState::new(&runtime, settings)?.with_access(Access::from_config(&auth));
     crate::remote::serve_cluster(&config, &runtime, &state).await?;

@@ -180,26 +180,30 @@ profile = "v100"
 slowdown = { from = "1500ms", until = "1h", factor = 30.0 }
 "#;
 
-/// A request whose batch overruns its estimate past the deadline is refused at the deadline
-/// (503 `overran`), not answered late: the client hears within its objective. Mutation that breaks it: no deadline on the wait
-/// for the controller's answer in `Front::answer` (the answer comes 200, after 300 ms).
-#[actix_web::test]
-async fn an_answer_not_ready_by_the_deadline_is_a_refusal_then() {
+/// Starts the slowing server with `settings`, warms its model, and sends one request once
+/// the device runs 30 times slower (the policy still plans 10 ms, the run takes 300 ms):
+/// the server and the answer, with how long it took.
+async fn overrun(
+    settings: clockwork::api::ApiSettings,
+) -> (api_support::TestServer, (u16, serde_json::Value), Duration) {
     let started = Instant::now();
-    let server = api_support::start_with(
-        SLOWS_DOWN,
-        vec![slow_model()],
-        clockwork::api::ApiSettings::default(),
-    )
-    .await;
+    let server = api_support::start_with(SLOWS_DOWN, vec![slow_model()], settings).await;
     warm(&server).await;
-    // Past the slowdown's start: the policy still plans 10 ms, the run takes 300 ms.
     let wait = Duration::from_millis(1700).saturating_sub(started.elapsed());
     assert!(!wait.is_zero(), "warming took the whole normal spell");
     tokio::time::sleep(wait).await;
     let asked = Instant::now();
     let answer = server.post_json(SLOW, &api_support::mlp_request(1.0)).await;
-    let took = asked.elapsed();
+    (server, answer, asked.elapsed())
+}
+
+/// A request whose batch overruns its estimate past the deadline is refused at the deadline
+/// (503 `overran`), not answered late: the client hears within its objective. Mutation
+/// that breaks it: no deadline on the wait for the controller's answer in `Front::answer`
+/// (the request is answered after the run, 300 ms in).
+#[actix_web::test]
+async fn an_answer_not_ready_by_the_deadline_is_a_refusal_then() {
+    let (server, answer, took) = overrun(clockwork::api::ApiSettings::default()).await;
     api_support::assert_error(&answer, 503, "overran", "'slow'");
     // At the deadline (tokio's timers are millisecond-grained and the client shares the
     // process), long before the 300 ms run ends.
@@ -213,5 +217,21 @@ async fn an_answer_not_ready_by_the_deadline_is_a_refusal_then() {
     assert_eq!(sum(&metrics, &[overran]), 1.0, "{metrics}");
     let errors = r#"clockwork_request_errors{error_type="overran"}"#;
     assert_eq!(sum(&metrics, &[errors]), 1.0, "{metrics}");
+    server.stop().await;
+}
+
+/// With `answer_late`, the front end waits past the deadline instead: whatever the
+/// controller answers (the outputs, late, or its own refusal once it gives up on the slow
+/// device), never `overran`, and after the objective. Mutation that breaks it: the setting
+/// ignored in `Front::answer`.
+#[actix_web::test]
+async fn a_server_told_to_answer_late_waits_past_the_deadline() {
+    let settings = clockwork::api::ApiSettings {
+        answer_late: true,
+        ..clockwork::api::ApiSettings::default()
+    };
+    let (server, answer, took) = overrun(settings).await;
+    assert_ne!(answer.1["error_type"], "overran", "{}", answer.1);
+    assert!(took > Duration::from_millis(100), "{took:?}: {}", answer.1);
     server.stop().await;
 }

@@ -429,8 +429,9 @@ impl<'a> Front<'a> {
             .saturating_sub(self.outlook.least.respond + GUARD_LEAD);
         let due = self.state.clock.instant(due);
         // A request whose objective is over before it is even submitted (a few
-        // microseconds) is the controller's to refuse, at once and by its real reason.
-        let answer = if due <= tokio::time::Instant::now() {
+        // microseconds) is the controller's to refuse, at once and by its real reason;
+        // and a server configured to answer late waits.
+        let answer = if self.state.settings.answer_late || due <= tokio::time::Instant::now() {
             call.await
         } else {
             match tokio::time::timeout_at(due, call).await {

@@ -76,6 +76,9 @@ pub struct ApiSettings {
     pub decode_threads: usize,
     /// Requests that may wait for a decoder; more are refused at once.
     pub decode_queue: usize,
+    /// Send an answer not ready by its deadline late instead of refusing the request then
+    /// (`ServerConfig::answer_late`).
+    pub answer_late: bool,
 }
 
 impl Default for ApiSettings {
@@ -84,6 +87,7 @@ impl Default for ApiSettings {
             max_body_bytes: 32 << 20,
             decode_threads: crate::config::ServerConfig::default().decoders(),
             decode_queue: 256,
+            answer_late: false,
         }
     }
 }

@@ -119,6 +119,11 @@ pub struct ServerConfig {
     /// Requests that may wait for a decoder; more are refused at once
     /// (`deadline_unreachable`), and none waits past its deadline's slack.
     pub decode_queue: usize,
+    /// When a request's answer is not ready by its deadline (its run, or the answer's way
+    /// back, took longer than planned): `false` refuses it then (503 `overran`), so that
+    /// no answer reaches a client after its objective; `true` waits and sends the outputs
+    /// late (a closed-loop benchmark such as perf_analyzer stops at the first refusal).
+    pub answer_late: bool,
     /// Cores kept for the front end (HTTP workers, decoding, controller) when cpu devices
     /// are pinned one per core: what `count = "auto"` leaves out.
     pub front_end_cores: usize,
@@ -150,6 +155,7 @@ impl Default for ServerConfig {
             max_body_bytes: 32 << 20,
             decode_threads: 0,
             decode_queue: 256,
+            answer_late: false,
             front_end_cores: 1,
             auth: AuthConfig::default(),
             tls: TlsConfig::default(),
