@@ -59,19 +59,13 @@ impl ClockworkPolicy {
         self.rearm_expiry(model);
     }
 
-    /// Refuses requests that waited until no device could finish them in time, judged
-    /// from `from`: now, or (after planning, see `schedule`) the soonest any device is
-    /// free of the work already planned on it, when every device is busy past now. A
-    /// request that cannot start before its latest start on any device is refused when
-    /// the plan shows it, not when that latest start comes: under overload a long batch
-    /// of another model planned ahead of it otherwise held it, then its refusal, for most
-    /// of its objective.
+    /// Refuses requests that waited until no device could finish them in time.
     ///
     /// Each waiting model has one armed expiry, for the request that expires first (see
     /// `rearm_expiry`); superseded entries are skipped.
-    pub(super) fn expire(&mut self, (now, from): (Nanos, Nanos), plan: &mut Plan) {
+    pub(super) fn expire(&mut self, now: Nanos, plan: &mut Plan) {
         while let Some(&Reverse((at, model))) = self.expiries.peek() {
-            if at > from {
+            if at > now {
                 break;
             }
             self.expiries.pop();
@@ -87,7 +81,7 @@ impl ClockworkPolicy {
             // Not only the front: a pipeline's sub-request behind it may be past its
             // latest useful finish first (see `ModelQueue::expiring_first`).
             let mut queue = std::mem::take(&mut self.models[model.0 as usize].queue);
-            let expired = queue.take_expired(|q| from + self.best_alone(model, q.items) > q.latest);
+            let expired = queue.take_expired(|q| now + self.best_alone(model, q.items) > q.latest);
             self.models[model.0 as usize].queue = queue;
             self.models[model.0 as usize].expiry = None;
             self.queued -= expired.len();

@@ -268,17 +268,6 @@ impl ClockworkPolicy {
         m.exec.iter().map(|k| k[0].get()).min().unwrap_or(0)
     }
 
-    /// The soonest any device's exec lane is free of the work planned on it (now when
-    /// there is no device): no request can start before it.
-    fn soonest_free(&self, now: Nanos) -> Nanos {
-        let lanes = self.params.lanes;
-        let free = self
-            .devices
-            .iter()
-            .map(|d| d.exec.free_at(now, d.timing(lanes)));
-        free.min().unwrap_or(now)
-    }
-
     /// The most optimistic estimate of the batch a request of `items` items runs in
     /// alone (the smallest allowed size that holds it): if even this cannot finish it in
     /// time, nothing can.
@@ -454,13 +443,8 @@ impl Policy for ClockworkPolicy {
 
     fn schedule(&mut self, now: Nanos, plan: &mut Plan) {
         self.now = self.now.max(now);
-        self.expire((now, now), plan);
+        self.expire(now, plan);
         self.schedule_devices(now, plan);
-        // What the plan now holds may leave queued requests no start in time anywhere.
-        let soonest = self.soonest_free(now);
-        if soonest > now {
-            self.expire((now, soonest), plan);
-        }
         self.prune_expiries();
     }
 
