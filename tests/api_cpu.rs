@@ -191,12 +191,19 @@ async fn models_are_registered_refused_and_versioned_through_the_repository_rout
         .await;
     assert_error(&answer, 404, "unknown_version", "version 2");
 
-    // The metrics know the models registered while serving.
-    let (_, text) = server.get("/metrics").await;
-    let text = String::from_utf8(text).unwrap();
-    assert!(
-        text.contains("nv_inference_request_success{model=\"mlp-v2\"} 1"),
-        "{text}"
-    );
+    // The metrics know the models registered while serving. The answer is counted from
+    // the controller's event, which may reach the metrics just after the answer reached
+    // the client: read until it is there (a second at most).
+    let counted = "nv_inference_request_success{model=\"mlp-v2\"} 1";
+    let mut text = String::new();
+    for _ in 0..100 {
+        let (_, body) = server.get("/metrics").await;
+        text = String::from_utf8(body).unwrap();
+        if text.contains(counted) {
+            break;
+        }
+        actix_web::rt::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(text.contains(counted), "{text}");
     server.stop().await;
 }
