@@ -34,24 +34,37 @@ impl ReactivePolicy {
     }
 
     fn lru_victims(&self, device: DeviceId, needed: u32) -> Option<Vec<ModelId>> {
-        let d = &self.devices[device.0 as usize];
-        let mut idle: Vec<(Nanos, ModelId)> = d
+        self.idle_victims(device.0 as usize, needed, |_| true)
+    }
+
+    /// Idle residents of device `d` that `evictable` allows, least recently used first,
+    /// enough to free `need` pages with the pages already free; `None` if they are not
+    /// enough. The reactive baselines' one eviction order (the triton-like one passes its
+    /// replica floors).
+    pub(super) fn idle_victims(
+        &self,
+        d: usize,
+        need: u32,
+        evictable: impl Fn(ModelId) -> bool,
+    ) -> Option<Vec<ModelId>> {
+        let dev = &self.devices[d];
+        let mut idle: Vec<(Nanos, ModelId)> = dev
             .residents
             .iter()
-            .filter(|(_, r)| r.0 && r.2 == 0)
+            .filter(|(&m, r)| r.0 && r.2 == 0 && evictable(m))
             .map(|(&m, r)| (r.1, m))
             .collect();
         idle.sort_unstable();
-        let mut free = d.pages - d.used;
+        let mut free = dev.pages - dev.used;
         let mut victims = Vec::new();
         for (_, m) in idle {
-            if free >= needed {
+            if free >= need {
                 break;
             }
             free += m_pages(&self.models, m);
             victims.push(m);
         }
-        (free >= needed).then_some(victims)
+        (free >= need).then_some(victims)
     }
 
     /// Unloads `victims` from `device` (a victim with waiting requests misses again) and

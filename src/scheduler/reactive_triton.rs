@@ -6,7 +6,7 @@
 //! instances, sized ahead for the mean load by whoever sets them), and a request whose
 //! deadline passed while it waited is dropped (its per-model timeout) instead of run.
 
-use super::{m_pages, Model, ReactivePolicy};
+use super::{Model, ReactivePolicy};
 use crate::model::{DeviceId, ModelId};
 use crate::scheduler::{Answer, Plan, Refusal, Verdict};
 use crate::time::Nanos;
@@ -85,24 +85,7 @@ impl ReactivePolicy {
     /// Idle residents of device `d` held above their floors, least recently used first,
     /// enough to free `need` pages.
     fn spare_victims(&self, d: usize, need: u32) -> Option<Vec<ModelId>> {
-        let dev = &self.devices[d];
-        let mut free = dev.pages - dev.used;
-        let mut idle: Vec<(Nanos, ModelId)> = dev
-            .residents
-            .iter()
-            .filter(|(m, r)| r.0 && r.2 == 0 && self.above_floor(**m))
-            .map(|(&m, r)| (r.1, m))
-            .collect();
-        idle.sort_unstable();
-        let mut victims = Vec::new();
-        for (_, m) in idle {
-            if free >= need {
-                break;
-            }
-            free += m_pages(&self.models, m);
-            victims.push(m);
-        }
-        (free >= need).then_some(victims)
+        self.idle_victims(d, need, |m| self.above_floor(m))
     }
 
     fn above_floor(&self, model: ModelId) -> bool {
