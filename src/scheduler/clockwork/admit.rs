@@ -116,8 +116,10 @@ impl ClockworkPolicy {
 
     /// When a request with internal `deadline` arriving at `now` would finish if the
     /// model's replicas drained the queue ahead of it (the requests due no later, less
-    /// those about to expire; the projection stops once it passes `bound`) in the most efficient batches the queue fills, each replica
-    /// taking the next batch when its planned work ends (or its load). `None`: no
+    /// those about to expire; the projection stops once it passes `bound`) in the most
+    /// efficient batches the queue fills, each replica taking the next batch when its
+    /// planned work ends (or its load), the batches ahead at their means with
+    /// `queue_at_mean` (see [`drain`]). `None`: no
     /// projection (no replica ready or loading, so the load rules decide; or too many to
     /// follow).
     ///

@@ -62,8 +62,8 @@ struct Params {
     /// Refuse hopeless requests early (off only for the ablation that serves them late).
     early_drop: bool,
     /// Count other models' queued work on shared devices when projecting at arrival
-    /// (`shared.rs`); off unless configured (`shared_arrival`) or `with_shared_arrival`, since it lowered the load sweep's
-    /// goodput past capacity.
+    /// (`shared.rs`); off unless configured (`shared_arrival`) or `with_shared_arrival`,
+    /// since it lowered the load sweep's goodput past capacity.
     shared_arrival: bool,
     /// Measurements older than this no longer hold a model's requests back: before
     /// refusing them, its estimates go back to their seeds (see `estimate::Estimator`).
