@@ -1,8 +1,9 @@
 //! The Clockwork policy (after the INFER5 scheduler of the Clockwork paper).
 //!
 //! - Requests wait in per-model queues ordered by deadline. A model resident on a device
-//!   offers strategies "run batch b now"; the latest start time of its most urgent one
-//!   (`front.deadline - estimate(b)`) orders the model in that device's priority queue.
+//!   offers strategies "run batch b now"; the latest start time of the one it would run
+//!   (`front.deadline - estimate(b)`, b the batch its queue fills that serves the most per
+//!   unit of device time) orders the model in that device's priority queue.
 //! - While a device's exec lane has less than `schedule_ahead` of planned work, the most
 //!   urgent resident model gets a batch: requests that can no longer finish in time are
 //!   refused first, then the largest allowed batch that still meets the front deadline.

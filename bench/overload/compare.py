@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Puts overload runs side by side: what `bench/overload/run.sh` printed, saved to a file
+per run, one column per run.
+
+    bench/overload/compare.py NAME=FILE [NAME=FILE ...]
+
+Rows: the capacity it measured; the burst's answers in time, late at the client, refused
+(and of them `timed_out` and `overran`, the refusals that waited); refusal latency p50 and
+p99 at the client, and the p99 of a `deadline_unreachable` refusal inside the server; the
+CPU seconds of the devices' threads and of the rest over the burst (and the rest by
+thread name); the largest
+RSS; the first second after the burst (in time of offered); and each model's answers in
+time and `timed_out` during the burst.
+"""
+import json
+import re
+import sys
+
+
+def line(text, prefix):
+    """The JSON object printed after `prefix` (a regular expression) at the start of a
+    line."""
+    m = re.search(r"^" + prefix + r"(\{.*\})$", text, re.M)
+    if not m:
+        raise SystemExit(f"no line starting {prefix!r}")
+    return json.loads(m.group(1))
+
+
+def server_timing(text):
+    """The Server-Timing summary the load generator wrote (a JSON object over lines)."""
+    mark = "server-side time (Server-Timing edge): "
+    at = text.index(mark) + len(mark)
+    return json.JSONDecoder().raw_decode(text[at:])[0]
+
+
+def models(text):
+    """Each model's burst counts: {model: {outcome: n}}."""
+    out = {}
+    for m in re.finditer(r"^burst, (\w+): (\{.*\})$", text, re.M):
+        counts = json.loads(m.group(2).replace("'", '"'))
+        out[m.group(1)] = counts
+    return out
+
+
+def column(path):
+    text = open(path).read()
+    burst = line(text, "burst: ")
+    during = line(text, "during the burst: ")
+    after = line(text, r"second 1 after \(0\.5x, \d+/s\): ")
+    threads = during["server_cpu_by_thread"]
+    # The devices' threads, and the rest: HTTP workers, controller, executors (named
+    # threads since the executor moved to its device's core; before, all "actix-rt|system").
+    devices = threads.get("cpu-device-N", 0)
+    others = {k: v for k, v in threads.items() if k != "cpu-device-N" and v >= 0.05}
+    rest = sum(others.values())
+    unreachable = server_timing(text)["refusals"].get("deadline_unreachable", {})
+    refused_by = burst["refused_by"]
+    row = {
+        "capacity (answers/s)": re.search(r"^capacity: (\S+)", text, re.M).group(1),
+        "in time": burst["ok_in_slo"],
+        "late at the client": burst["late"],
+        "refused": burst["refused"],
+        "of them timed_out / overran": f"{refused_by.get('timed_out', 0)} / {refused_by.get('overran', 0)}",
+        "refusal p50 / p99 ms (client)": f"{burst['refusal_p50_ms']} / {burst['refusal_p99_ms']}",
+        "deadline_unreachable p99 ms (server)": unreachable.get("server_ms", {}).get("p99", "-"),
+        "CPU s: devices / the rest": f"{devices} / {round(rest, 2)}",
+        "CPU s of the rest, by thread": ", ".join(f"{k} {v}" for k, v in sorted(others.items())),
+        "RSS max MiB": during["rss_mib_max"],
+        "first second after": f"{after['ok_in_slo']} of {after['offered']}",
+    }
+    for model, counts in sorted(models(text).items()):
+        if "ok" in counts or "timed_out" in counts:
+            row[f"{model}: in time / timed_out"] = f"{counts.get('ok', 0)} / {counts.get('timed_out', 0)}"
+    return row
+
+
+def main():
+    runs = [arg.split("=", 1) for arg in sys.argv[1:]]
+    if not runs or any(len(r) != 2 for r in runs):
+        raise SystemExit(__doc__)
+    columns = [(name, column(path)) for name, path in runs]
+    keys = []
+    for _, col in columns:
+        keys += [k for k in col if k not in keys]
+    print("| | " + " | ".join(name for name, _ in columns) + " |")
+    print("| --- |" + " --- |" * len(columns))
+    for key in keys:
+        print(f"| {key} | " + " | ".join(str(col.get(key, "-")) for _, col in columns) + " |")
+
+
+if __name__ == "__main__":
+    main()
