@@ -58,6 +58,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let server = HttpServer::new(move || {
         // Called once on each worker's thread as it starts: pin it to its front-end core.
         let i = next_worker.fetch_add(1, Ordering::Relaxed);
+        crate::cores::name_current("http");
         if let Some(core) = cores.as_ref().and_then(|plan| plan.front_core(i)) {
             crate::cores::pin_current(core, "http worker");
         }

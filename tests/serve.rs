@@ -154,7 +154,8 @@ fn the_default_config_serves_the_zoo_with_real_outputs() {
         "--listen",
         "127.0.0.1:0",
     ];
-    let (server, address, _log) = spawn(&args, &cwd);
+    let (server, address, log) = spawn(&args, &cwd);
+    executors_share_their_devices_cores(server.0.id(), &log);
     let input: Vec<f32> = (0..256).map(|i| (i as f32 / 128.0) - 1.0).collect();
     // A slack objective: this test checks what is computed, not how fast (a cold load
     // on a busy test machine could miss the mlp's own 50 ms and be refused).
@@ -190,6 +191,50 @@ fn the_default_config_serves_the_zoo_with_real_outputs() {
     assert_eq!(stored, zoo, "the restart reuses every stored profile");
     terminate(server);
     let _ = std::fs::remove_dir_all(&cwd);
+}
+
+/// Each pinned cpu device's executor thread runs on the device's core, not on the front
+/// end's (read from the system: each thread's name and allowed cores). Nothing to check
+/// where the machine has too few cores to pin the devices (the `cores:` line says).
+fn executors_share_their_devices_cores(pid: u32, log: &[String]) {
+    let cores = log
+        .iter()
+        .find_map(|line| line.split("device_cores=").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the start-up log names the devices' cores");
+    if cores.split(',').any(|c| c.parse::<usize>().is_err()) {
+        return;
+    }
+    // The allowed cores of each thread whose name `named` accepts, sorted.
+    let allowed = |named: &dyn Fn(&str) -> bool| -> Vec<String> {
+        let mut found = Vec::new();
+        for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .flatten()
+        {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            if !named(comm.trim_end()) {
+                continue;
+            }
+            let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+            let list = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .expect("status names the allowed cores");
+            found.push(list.trim().to_owned());
+        }
+        found.sort();
+        found
+    };
+    let devices = allowed(&|name| name.starts_with("cpu-device-"));
+    let mut expected: Vec<String> = cores.split(',').map(str::to_owned).collect();
+    expected.sort();
+    assert_eq!(devices, expected, "each device on its own core");
+    assert_eq!(
+        allowed(&|name| name == "executor"),
+        devices,
+        "each executor on its device's core"
+    );
 }
 
 /// The zoo's mlp run by tract directly on one item.

@@ -28,7 +28,8 @@ pub enum Placement {
     /// All on the current arbiter: required under a paused (virtual) clock.
     CurrentThread,
     /// The controller (with the model cache) on an arbiter thread of its own, and each
-    /// executor on another: for serving in real time.
+    /// executor on another (on its device's core, if the device has one): for serving in
+    /// real time.
     Threads,
 }
 
@@ -335,13 +336,10 @@ impl RuntimeBuilder {
     /// A new arbiter thread, pinned to the `i`-th front-end core (round robin) if the
     /// front end has cores of its own: it must not run on a device's core.
     fn front_end_arbiter(&self, i: usize, what: &'static str) -> Arbiter {
-        let arbiter = Arbiter::new();
-        if let Some(core) = self.cores.as_ref().and_then(|plan| plan.front_core(i)) {
-            arbiter.spawn_fn(move || {
-                crate::cores::pin_current(core, what);
-            });
-        }
-        arbiter
+        arbiter_on(
+            self.cores.as_ref().and_then(|plan| plan.front_core(i)),
+            what,
+        )
     }
 
     /// Registers every model through one registry; a repository model that cannot be
@@ -389,6 +387,7 @@ impl RuntimeBuilder {
                 artifacts: cache.clone().recipient(),
             };
             let device = crate::model::DeviceId(i as u32);
+            let core = backend.core();
             let (clock, page_bytes) = (self.clock, self.runtime.page_bytes);
             let make = move |_: &mut Context<Executor>| {
                 Executor::new(device, clock, backend, page_bytes, links)
@@ -396,7 +395,16 @@ impl RuntimeBuilder {
             let addr = match self.placement {
                 Placement::CurrentThread => Executor::start_in_arbiter(home, make),
                 Placement::Threads => {
-                    let arbiter = self.front_end_arbiter(i + 1, "executor");
+                    // A device with a core of its own has its executor there: the executor
+                    // hands the device its next action the moment one ends, and on the
+                    // front end's core, busy with HTTP under load, it waited for its turn
+                    // while the device idled between short batches (docs/EXPERIMENTS.md,
+                    // "The executor on its device's core"). It runs while the device
+                    // waits for work, and briefly on a message or timer.
+                    let arbiter = match core {
+                        Some(core) => arbiter_on(Some(core), "executor"),
+                        None => self.front_end_arbiter(i + 1, "executor"),
+                    };
                     let addr = Executor::start_in_arbiter(&arbiter.handle(), make);
                     arbiters.push(arbiter);
                     addr
@@ -426,4 +434,17 @@ impl Runtime {
             .position(|m| m.name == name)
             .map(|i| ModelId(i as u32))
     }
+}
+
+/// A new arbiter thread named `what` (so that a profile or `top -H` tells the threads
+/// apart), pinned to `core` if given.
+fn arbiter_on(core: Option<crate::cores::Core>, what: &'static str) -> Arbiter {
+    let arbiter = Arbiter::new();
+    arbiter.spawn_fn(move || {
+        crate::cores::name_current(what);
+        if let Some(core) = core {
+            crate::cores::pin_current(core, what);
+        }
+    });
+    arbiter
 }

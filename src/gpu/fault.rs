@@ -159,6 +159,13 @@ impl Backend for Faulty {
         self.wrap(Op::Other, move |b| b.unload(model))
     }
 
+    fn core(&self) -> Option<crate::cores::Core> {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .core()
+    }
+
     fn infer(&self, job: InferJob) -> BackendFuture<Executed<BatchOutputs>> {
         self.wrap(Op::Other, move |b| b.infer(job))
     }

@@ -26,6 +26,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use crate::cores::Core;
 use crate::model::{ModelId, ModelSpec};
 use crate::tensor::Tensor;
 use crate::time::Nanos;
@@ -124,4 +125,10 @@ pub trait Backend: Send + 'static {
     fn unload(&self, model: ModelId) -> BackendFuture<Executed<()>>;
     /// Runs one batch of a loaded model.
     fn infer(&self, job: InferJob) -> BackendFuture<Executed<BatchOutputs>>;
+    /// The core its work runs on, if it has one of its own (a pinned cpu device): its
+    /// executor runs there too (`actors::runtime`), so that handing it the next action
+    /// never waits for a turn on the front end's busy cores.
+    fn core(&self) -> Option<Core> {
+        None
+    }
 }

@@ -46,6 +46,8 @@ enum Job {
 /// A [`Backend`] over a blocking device on its own thread.
 pub struct DeviceThread {
     info: BackendInfo,
+    /// The core its thread was pinned to, if any.
+    core: Option<Core>,
     jobs: Option<mpsc::Sender<Job>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -76,6 +78,7 @@ impl DeviceThread {
             .map_err(|e| DeviceError::Gone(e.to_string()))?;
         Ok(Self {
             info,
+            core,
             jobs: Some(jobs),
             thread: Some(thread),
         })
@@ -208,6 +211,10 @@ pub(super) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 impl Backend for DeviceThread {
     fn info(&self) -> BackendInfo {
         self.info.clone()
+    }
+
+    fn core(&self) -> Option<Core> {
+        self.core
     }
 
     fn load(&self, artifact: Arc<ModelArtifact>) -> BackendFuture<Executed<()>> {
