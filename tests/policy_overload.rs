@@ -3,7 +3,7 @@
 //! device, none is left to time out, and what is admitted is mostly served.
 //!
 //! On a cpu a larger batch is no cheaper per request (the zoo's resnet on tract runs
-//! batch 8 in 14 times its batch 1). Ranked by the largest batch its queue fills, such a
+//! batch 8 in about 10 times its batch 1). Ranked by the largest batch its queue fills, such a
 //! model's latest start lies far before its front's own, so under overload it ranked first
 //! throughout while running small batches, and the requests the other models had admitted
 //! waited behind it until they timed out. It now ranks by the batch it would run (see
@@ -18,7 +18,7 @@ use proptest::prelude::*;
 
 /// A cpu's profile: a batch of `b` takes `b^growth` times `base` (growth 1: no gain from
 /// batching; above 1, a larger batch is dearer per request, as the zoo's resnet on tract,
-/// whose batch 8 takes 14 times its batch 1).
+/// whose batch 8 takes about 10 times its batch 1).
 fn cpu_like(base: Nanos, growth: f64) -> ModelProfile {
     ModelProfile {
         weight_bytes: 1 << 24,

@@ -30,7 +30,7 @@ impl ClockworkPolicy {
     ///
     /// Not simply the largest batch the queue fills: where a larger batch is no cheaper
     /// per request (on a cpu, where it may even be dearer: the zoo's resnet runs batch 8
-    /// in 14 times its batch 1), ranking a model by it puts it first for as long as its
+    /// in about 10 times its batch 1), ranking a model by it puts it first for as long as its
     /// queue stays full (under overload, always), though it then runs small batches, and
     /// the requests the other models resident on the device admitted wait behind it until
     /// they time out.
