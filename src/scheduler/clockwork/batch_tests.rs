@@ -9,30 +9,29 @@ use crate::time::MS;
 
 /// A model whose batch of b takes b times its batch of 1 (10 ms), loaded on one device.
 fn linear() -> (ClockworkPolicy, Nanos) {
-    linear_models(1)
+    loaded(&[[10 * MS, 20 * MS, 40 * MS]])
 }
 
-/// `n` such models, all loaded on one device; the time the last load finished.
-fn linear_models(n: usize) -> (ClockworkPolicy, Nanos) {
+/// Models of batches 1, 2 and 4 taking the given times, all loaded on one device; the
+/// time the last load finished.
+fn loaded(models: &[[Nanos; 3]]) -> (ClockworkPolicy, Nanos) {
     let mut policy = ClockworkPolicy::new(&PolicyConfig::default());
     policy.add_device(DeviceInfo {
         kind: "cpu".into(),
         pages: 64,
     });
-    let batches: Vec<BatchLatency> = [1u32, 2, 4]
-        .into_iter()
-        .map(|batch| BatchLatency {
-            batch,
-            latency: u64::from(batch) * 10 * MS,
-        })
-        .collect();
-    for _ in 0..n {
+    for times in models {
+        let batches = [1u32, 2, 4]
+            .into_iter()
+            .zip(times)
+            .map(|(batch, &latency)| BatchLatency { batch, latency })
+            .collect();
         policy.add_model(ModelInfo {
             pages: 1,
             profile: ModelProfile {
                 weight_bytes: 1 << 20,
                 load_latency: MS,
-                batches: batches.clone(),
+                batches,
             },
             by_kind: Vec::new(),
             devices: None,
@@ -40,7 +39,7 @@ fn linear_models(n: usize) -> (ClockworkPolicy, Nanos) {
     }
     // Preloaded at start, one LOAD at a time: report each done.
     let mut ready = 0;
-    for _ in 0..n {
+    for _ in models {
         let mut plan = Plan::default();
         policy.schedule(ready, &mut plan);
         let load = plan.actions.pop().expect("a LOAD at start");
@@ -139,7 +138,9 @@ fn sub(id: u64, now: Nanos, slo: Nanos, latest_finish: Nanos) -> Request {
 /// is armed for A's latest finish, at 286 ms, and B waits past its own).
 #[test]
 fn a_sub_request_behind_the_front_is_refused_when_its_latest_finish_passes() {
-    let (mut policy, now) = linear_models(2);
+    // Model 0 linear; model 1 runs any batch up to 4 in 40 ms (so it ranks by the
+    // largest batch its queue fills).
+    let (mut policy, now) = loaded(&[[10 * MS, 20 * MS, 40 * MS], [40 * MS; 3]]);
     let mut plan = Plan::default();
     // A is first by its stage deadline (22 ms) but its root leaves it until 295 ms; B
     // comes after it (25 ms) and is worth serving only until 30 ms. Both fit when they
@@ -147,9 +148,9 @@ fn a_sub_request_behind_the_front_is_refused_when_its_latest_finish_passes() {
     policy.admit(sub(0, now, 27 * MS, 300 * MS), now, &mut plan);
     policy.admit(sub(1, now, 30 * MS, 35 * MS), now, &mut plan);
     assert!(plan.answers.is_empty(), "both admitted: {:?}", plan.answers);
-    // Four requests of the other model, whose batch must start sooner, take the device
+    // Two requests of the other model, whose batch must start sooner, take the device
     // for 40 ms.
-    for id in 10..14 {
+    for id in 10..12 {
         policy.admit(request(id, 1, now, 46 * MS), now, &mut plan);
     }
     policy.schedule(now, &mut plan);
