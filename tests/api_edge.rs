@@ -235,3 +235,38 @@ async fn a_server_told_to_answer_late_waits_past_the_deadline() {
     assert!(took > Duration::from_millis(100), "{took:?}: {}", answer.1);
     server.stop().await;
 }
+
+/// A worker that has fallen behind its own work refuses a request before reading its
+/// body when the lag leaves it no time, even with the device idle: the request would wait
+/// for the worker to read it and again to write its answer. Here the test's own thread
+/// is the worker (the API served in-process), and it blocks itself for longer than the
+/// objective. Mutation that breaks it: the worker's lag left out of `Front` (the request
+/// is admitted and answered 200).
+#[actix_web::test]
+async fn a_worker_behind_its_own_work_refuses_before_reading() {
+    use actix_web::test::{call_service, init_service, TestRequest};
+    let server = start().await;
+    warm(&server).await;
+    let app = init_service(clockwork::api::app(server.state.clone())).await;
+    let request = || {
+        TestRequest::post()
+            .uri(SLOW)
+            .set_json(api_support::mlp_request(1.0))
+            .to_request()
+    };
+    // Served on this thread: starts its lag probe.
+    assert_eq!(call_service(&app, request()).await.status(), 200);
+    // Let the probe sleep, then keep this thread from waking it past the objective.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    std::thread::sleep(Duration::from_millis(150));
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let answer = call_service(&app, request()).await;
+    assert_eq!(answer.status(), 503);
+    let metrics = String::from_utf8(server.get("/metrics").await.1).expect("text");
+    let refused = sum(
+        &metrics,
+        &["clockwork_edge_refusals", "stage=\"before_reading\""],
+    );
+    assert_eq!(refused, 1.0, "{metrics}");
+    server.stop().await;
+}

@@ -233,8 +233,10 @@ pub(super) struct Front<'a> {
     outlook: Outlook,
     /// The deadline the front end works to before the body says otherwise: the model's
     /// or pipeline's objective (a request's own `slo_ms` is inside the body), less the
-    /// way back (`Phase::Respond`).
+    /// way back (`Phase::Respond`, and the worker's lag: the answer waits for it too).
     deadline: Nanos,
+    /// This HTTP worker's lag when the request arrived (`lag.rs`).
+    lag: Nanos,
 }
 
 impl<'a> Front<'a> {
@@ -242,9 +244,10 @@ impl<'a> Front<'a> {
     pub(super) fn new(state: &'a ApiState, target: &'a Target, arrival: Nanos) -> Self {
         let key = target.key();
         let outlook = state.front.outlook(&key, arrival);
+        let lag = super::lag::current();
         let deadline = arrival
             .saturating_add(target.spec().slo)
-            .saturating_sub(outlook.expected.respond);
+            .saturating_sub(outlook.expected.respond + lag);
         Self {
             state,
             target,
@@ -252,6 +255,7 @@ impl<'a> Front<'a> {
             arrival,
             outlook,
             deadline,
+            lag,
         }
     }
 
@@ -316,7 +320,13 @@ impl<'a> Front<'a> {
         // The decoders' backlog now, not only the best recent wait: a request behind a
         // queue of bodies it cannot pass in time is refused before its body is read.
         let wait = e.wait.max(self.state.decoders.least_wait());
-        let ahead = e.read + wait + e.decode;
+        // The worker must get to the request again to read its body: its lag counts here
+        // too (and for the way back, in `deadline`).
+        let ahead = e.read + wait + e.decode + self.lag;
+        if self.lag > 0 && now.saturating_add(ahead) > self.deadline {
+            // The front end alone cannot make it, whatever the devices' backlog.
+            return Err(self.refuse(Stage::BeforeReading, self.lag));
+        }
         match judge(view.as_ref(), now, ahead, self.deadline) {
             Admission::Admit if self.state.front.shed(&self.key, now) => {
                 Err(self.refuse(Stage::Throttled, 0))
@@ -404,7 +414,7 @@ impl<'a> Front<'a> {
         let slo = decoded.slo.unwrap_or(self.target.spec().slo);
         let edge = Edge {
             arrival: self.arrival,
-            reserve: self.outlook.expected.respond,
+            reserve: self.outlook.expected.respond + self.lag,
         };
         let submitted = super::trace::enabled().then(|| self.state.clock.now());
         let inputs = std::mem::take(&mut decoded.inputs);

@@ -32,6 +32,7 @@ mod error;
 pub mod grpc;
 mod health;
 mod infer;
+mod lag;
 mod metrics;
 mod models;
 pub mod openapi;

@@ -1,0 +1,113 @@
+//! How far behind its own work an HTTP worker is: the edge counts it in every request's
+//! time, twice (the worker must get to the request to read it, and back to it to write
+//! the answer).
+//!
+//! Why: under overload the front end's core may saturate (on a small machine it also runs
+//! the controller, and in the benches the load generator). Then each request waits for
+//! the worker before its head is even stamped, and again after its answer is ready; the
+//! edge's estimates, learned from requests that were served, do not see that wait, so it
+//! let through work the worker could not finish in time, and answers ready in time were
+//! written after their deadline (docs/EXPERIMENTS.md, "The session's build under
+//! overload, at one rate").
+//!
+//! A probe task on each worker sleeps [`PERIOD`] at a time and measures how late it wakes
+//! (beyond the timer's [`RESOLUTION`]): the time a task ready now waits for the worker. The lag the edge uses is the largest
+//! of the last [`WINDOW`] wake-ups, read from the calling worker's own thread. Where no
+//! actix worker runs (gRPC's runtime, a test outside an arbiter) there is no probe and the
+//! lag is zero. Under a paused clock the probe wakes exactly on time.
+
+use std::cell::{Cell, RefCell};
+use std::time::Duration;
+
+use crate::time::Nanos;
+
+/// How often the probe wakes: 200 times a second, a few microseconds each.
+pub const PERIOD: Duration = Duration::from_millis(5);
+
+/// Wake-ups the lag is the largest of: the last 50 ms.
+pub const WINDOW: usize = 10;
+
+/// The timer's own resolution (tokio's timer wheel ticks in milliseconds): a wake-up this
+/// much late is on time.
+pub const RESOLUTION: Nanos = 1_000_000;
+
+/// The largest of the last [`WINDOW`] lateness measurements, in a ring.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recent {
+    ring: [Nanos; WINDOW],
+    next: usize,
+}
+
+impl Recent {
+    /// Adds one wake-up's lateness.
+    pub fn observe(&mut self, late: Nanos) {
+        self.ring[self.next] = late;
+        self.next = (self.next + 1) % WINDOW;
+    }
+
+    /// The largest in the window.
+    pub fn max(&self) -> Nanos {
+        self.ring.iter().copied().max().unwrap_or(0)
+    }
+}
+
+thread_local! {
+    /// This worker's recent lateness; zero until its probe has run.
+    static RECENT: RefCell<Recent> = RefCell::new(Recent::default());
+    /// Whether this thread's probe has been started.
+    static PROBING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The calling worker's lag: how long a task ready now waits for it, at most, of late
+/// (see the module). Starts the worker's probe on its first call.
+pub fn current() -> Nanos {
+    if !PROBING.get() && actix_rt::Arbiter::try_current().is_some() {
+        PROBING.set(true);
+        actix_web::rt::spawn(probe());
+    }
+    RECENT.with_borrow(Recent::max)
+}
+
+/// Sleeps [`PERIOD`] at a time, for as long as the worker runs, and records how late each
+/// wake-up came.
+async fn probe() {
+    loop {
+        let due = tokio::time::Instant::now() + PERIOD;
+        tokio::time::sleep_until(due).await;
+        let late = tokio::time::Instant::now().saturating_duration_since(due);
+        let late = Nanos::try_from(late.as_nanos()).unwrap_or(Nanos::MAX);
+        RECENT.with_borrow_mut(|r| r.observe(late.saturating_sub(RESOLUTION)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lag_is_the_largest_of_the_last_window() {
+        let mut recent = Recent::default();
+        assert_eq!(recent.max(), 0);
+        recent.observe(7);
+        for _ in 0..WINDOW - 1 {
+            recent.observe(1);
+        }
+        assert_eq!(recent.max(), 7, "the 7 is the oldest in the window");
+        recent.observe(1);
+        assert_eq!(recent.max(), 1, "the 7 has left the window");
+    }
+
+    #[actix_web::test]
+    async fn a_worker_blocked_for_a_while_shows_it_as_lag() {
+        assert_eq!(current(), 0, "starts the probe");
+        // Let the probe take its first sleep, then keep the worker from waking it.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        std::thread::sleep(Duration::from_millis(40));
+        tokio::time::sleep(2 * PERIOD).await;
+        let lag = current();
+        assert!(
+            lag >= 30_000_000,
+            "lag {lag} ns after blocking the worker 40 ms"
+        );
+    }
+}
