@@ -200,6 +200,15 @@ pub fn pin_current(core: Core, what: &str) -> bool {
     pinned
 }
 
+/// Names the calling thread `what` and pins it to `core`, if given: how each of the
+/// server's own threads starts.
+pub fn enter(core: Option<Core>, what: &str) {
+    name_current(what);
+    if let Some(core) = core {
+        pin_current(core, what);
+    }
+}
+
 /// Names the calling thread `what` (at most 15 bytes are kept), as the system shows it
 /// (`/proc/<pid>/task/<tid>/comm`, `top -H`, perf); elsewhere than Linux, nothing.
 pub fn name_current(what: &str) {

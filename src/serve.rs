@@ -56,12 +56,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let connections = connection_counter(&state)?;
     let limits = &config.server.connections;
     let server = HttpServer::new(move || {
-        // Called once on each worker's thread as it starts: pin it to its front-end core.
+        // Called once on each worker's thread as it starts: named, pinned to its
+        // front-end core.
         let i = next_worker.fetch_add(1, Ordering::Relaxed);
-        crate::cores::name_current("http");
-        if let Some(core) = cores.as_ref().and_then(|plan| plan.front_core(i)) {
-            crate::cores::pin_current(core, "http worker");
-        }
+        crate::cores::enter(cores.as_ref().and_then(|plan| plan.front_core(i)), "http");
         api::app(state.clone())
     })
     .workers(workers)

@@ -254,7 +254,7 @@ async fn a_worker_behind_its_own_work_refuses_before_reading() {
             .set_json(api_support::mlp_request(1.0))
             .to_request()
     };
-    // Served on this thread: starts its lag probe.
+    // Served on this thread, which runs its lag probe (started by `api::app`).
     assert_eq!(call_service(&app, request()).await.status(), 200);
     // Let the probe sleep, then keep this thread from waking it past the objective.
     tokio::time::sleep(Duration::from_millis(1)).await;

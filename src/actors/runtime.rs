@@ -440,11 +440,6 @@ impl Runtime {
 /// apart), pinned to `core` if given.
 fn arbiter_on(core: Option<crate::cores::Core>, what: &'static str) -> Arbiter {
     let arbiter = Arbiter::new();
-    arbiter.spawn_fn(move || {
-        crate::cores::name_current(what);
-        if let Some(core) = core {
-            crate::cores::pin_current(core, what);
-        }
-    });
+    arbiter.spawn_fn(move || crate::cores::enter(core, what));
     arbiter
 }

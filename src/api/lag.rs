@@ -12,9 +12,9 @@
 //!
 //! A probe task on each worker sleeps [`PERIOD`] at a time and measures how late it wakes
 //! (beyond the timer's [`RESOLUTION`]): the time a task ready now waits for the worker. The lag the edge uses is the largest
-//! of the last [`WINDOW`] wake-ups, read from the calling worker's own thread. Where no
-//! actix worker runs (gRPC's runtime, a test outside an arbiter) there is no probe and the
-//! lag is zero. Under a paused clock the probe wakes exactly on time.
+//! of the last [`WINDOW`] wake-ups, read from the calling worker's own thread. A thread
+//! that is no HTTP worker (gRPC's) has no probe and no lag. Under a paused clock the
+//! probe wakes exactly on time.
 
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
@@ -58,13 +58,18 @@ thread_local! {
     static PROBING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// The calling worker's lag: how long a task ready now waits for it, at most, of late
-/// (see the module). Starts the worker's probe on its first call.
-pub fn current() -> Nanos {
-    if !PROBING.get() && actix_rt::Arbiter::try_current().is_some() {
+/// Starts the calling worker's probe, once per thread: called where each HTTP worker
+/// builds its application (`api::app`), inside the worker's task set.
+pub fn start_probe() {
+    if !PROBING.get() {
         PROBING.set(true);
         actix_web::rt::spawn(probe());
     }
+}
+
+/// The calling worker's lag: how long a task ready now waits for it, at most, of late
+/// (see the module); zero on a thread without a probe (gRPC's).
+pub fn current() -> Nanos {
     RECENT.with_borrow(Recent::max)
 }
 
@@ -99,7 +104,8 @@ mod tests {
 
     #[actix_web::test]
     async fn a_worker_blocked_for_a_while_shows_it_as_lag() {
-        assert_eq!(current(), 0, "starts the probe");
+        start_probe();
+        assert_eq!(current(), 0);
         // Let the probe take its first sleep, then keep the worker from waking it.
         tokio::time::sleep(Duration::from_millis(1)).await;
         std::thread::sleep(Duration::from_millis(40));

@@ -244,6 +244,8 @@ pub fn app(
         InitError = (),
     >,
 > {
+    // Called on each worker's thread as it starts: the worker measures its own lag.
+    lag::start_probe();
     let clock = state.clock;
     let access = Arc::clone(&state.access);
     let metrics = Arc::clone(&state.metrics);
