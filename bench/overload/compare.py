@@ -60,7 +60,8 @@ def column(path):
         "in time": burst["ok_in_slo"],
         "late at the client": burst["late"],
         "refused": burst["refused"],
-        "of them timed_out / overran": f"{refused_by.get('timed_out', 0)} / {refused_by.get('overran', 0)}",
+        "of them timed_out / overran":
+            f"{refused_by.get('timed_out', 0)} / {refused_by.get('overran', 0)}",
         "refusal p50 / p99 ms (client)": f"{burst['refusal_p50_ms']} / {burst['refusal_p99_ms']}",
         "deadline_unreachable p99 ms (server)": unreachable.get("server_ms", {}).get("p99", "-"),
         "CPU s: devices / the rest": f"{devices} / {round(rest, 2)}",
@@ -70,7 +71,8 @@ def column(path):
     }
     for model, counts in sorted(models(text).items()):
         if "ok" in counts or "timed_out" in counts:
-            row[f"{model}: in time / timed_out"] = f"{counts.get('ok', 0)} / {counts.get('timed_out', 0)}"
+            in_time, timed_out = counts.get("ok", 0), counts.get("timed_out", 0)
+            row[f"{model}: in time / timed_out"] = f"{in_time} / {timed_out}"
     return row
 
 

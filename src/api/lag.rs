@@ -11,10 +11,10 @@
 //! overload, at one rate").
 //!
 //! A probe task on each worker sleeps [`PERIOD`] at a time and measures how late it wakes
-//! (beyond the timer's [`RESOLUTION`]): the time a task ready now waits for the worker. The lag the edge uses is the largest
-//! of the last [`WINDOW`] wake-ups, read from the calling worker's own thread. A thread
-//! that is no HTTP worker (gRPC's) has no probe and no lag. Under a paused clock the
-//! probe wakes exactly on time.
+//! (beyond the timer's [`RESOLUTION`]): the time a task ready now waits for the worker.
+//! The lag the edge uses is the largest of the last [`WINDOW`] wake-ups, read from the
+//! calling worker's own thread. A thread that is no HTTP worker (gRPC's) has no probe and
+//! no lag. Under a paused clock the probe wakes exactly on time.
 
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
