@@ -14,6 +14,7 @@ mod estimate;
 pub mod ids;
 mod queue;
 mod reactive;
+mod sizes;
 pub mod testbed;
 pub mod view;
 

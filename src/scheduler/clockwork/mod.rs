@@ -32,6 +32,7 @@ use super::device::{DeviceMirror, LaneTiming};
 use super::estimate::{Estimator, Margins};
 use super::ids::IdMap;
 use super::queue::{ModelQueue, Queued};
+use super::sizes::SizeEstimates;
 use super::{
     Action, ActionError, ActionKind, Answer, DeviceInfo, DeviceSnapshot, Measured, ModelInfo,
     Outcome, Plan, Policy, PolicySnapshot, Refusal, Request, Verdict,
@@ -112,7 +113,7 @@ struct ModelState {
     /// Allowed batch sizes, ascending, none above `max_batch`.
     batches: Vec<u32>,
     /// Execution estimates per device kind, per index into `batches`.
-    exec: Vec<Vec<Estimator>>,
+    exec: Vec<SizeEstimates>,
     /// Weight-load estimates per device kind.
     load: Vec<Estimator>,
     /// Profile the estimates of a new device kind are seeded from.
@@ -253,20 +254,20 @@ impl ClockworkPolicy {
 
     /// Execution estimate of `model` at batch index `b` on device kind `kind`.
     fn exec_estimate(&self, model: ModelId, kind: usize, b: usize) -> Nanos {
-        self.models[model.0 as usize].exec[kind][b].get()
+        self.models[model.0 as usize].exec[kind].get(b)
     }
 
     /// The most pessimistic batch-`b` estimate over device kinds, used for priorities
     /// that every device of any kind compares.
     fn worst_estimate(&self, model: ModelId, b: usize) -> Nanos {
         let m = &self.models[model.0 as usize];
-        m.exec.iter().map(|k| k[b].get()).max().unwrap_or(0)
+        m.exec.iter().map(|k| k.get(b)).max().unwrap_or(0)
     }
 
     /// The most optimistic batch-1 estimate: if even this cannot finish in time, nothing can.
     fn best_single(&self, model: ModelId) -> Nanos {
         let m = &self.models[model.0 as usize];
-        m.exec.iter().map(|k| k[0].get()).min().unwrap_or(0)
+        m.exec.iter().map(|k| k.get(0)).min().unwrap_or(0)
     }
 
     /// The most optimistic estimate of the batch a request of `items` items runs in
@@ -275,7 +276,7 @@ impl ClockworkPolicy {
     fn best_alone(&self, model: ModelId, items: u32) -> Nanos {
         let m = &self.models[model.0 as usize];
         let b = super::cover(&m.batches, items).unwrap_or(m.batches.len() - 1);
-        m.exec.iter().map(|k| k[b].get()).min().unwrap_or(0)
+        m.exec.iter().map(|k| k.get(b)).min().unwrap_or(0)
     }
 
     fn answer(plan: &mut Plan, requests: impl IntoIterator<Item = Queued>, verdict: Verdict) {
@@ -300,11 +301,12 @@ fn seed_exec(
     batches: &[u32],
     window: usize,
     percentile: f64,
-) -> Vec<Estimator> {
-    batches
+) -> SizeEstimates {
+    let seeds = batches
         .iter()
-        .map(|&b| Estimator::new(profile.latency(b).unwrap_or(0), window, percentile))
-        .collect()
+        .map(|&b| profile.latency(b).unwrap_or(0))
+        .collect();
+    SizeEstimates::new(seeds, window, percentile)
 }
 
 impl Policy for ClockworkPolicy {
