@@ -4,7 +4,8 @@ per run, one column per run.
 
     bench/overload/compare.py NAME=FILE [NAME=FILE ...]
 
-Rows: the capacity it measured; the burst's answers in time, late at the client, refused
+Rows: the capacity it measured; the burst's answers in time, late at the client (and of
+them those the server itself sent after the deadline from the edge), refused
 (and of them `timed_out` and `overran`, the refusals that waited); refusal latency p50 and
 p99 at the client, and the p99 of a `deadline_unreachable` refusal inside the server; the
 CPU seconds of the devices' threads and of the rest over the burst (and the rest by
@@ -59,6 +60,10 @@ def column(path):
         "capacity (answers/s)": re.search(r"^capacity: (\S+)", text, re.M).group(1),
         "in time": burst["ok_in_slo"],
         "late at the client": burst["late"],
+        # Sent by the server after the deadline counted from the edge (runs from this
+        # session on; earlier ones did not print it).
+        "of them late leaving the server": sum(
+            c.get("late_at_edge", 0) for c in models(text).values()) or "-",
         "refused": burst["refused"],
         "of them timed_out / overran":
             f"{refused_by.get('timed_out', 0)} / {refused_by.get('overran', 0)}",

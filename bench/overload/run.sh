@@ -180,11 +180,12 @@ import collections, re, sys
 def read(path):
     counts = collections.Counter()
     for line in open(path):
-        m = re.match(r'clockwork_(requests|edge_refusals)\{(.*)\} (\S+)', line)
+        m = re.match(r'clockwork_(requests|edge_refusals|edge_late)\{(.*)\} (\S+)', line)
         if not m:
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', m[2]))
-        kind = labels.get("outcome") or "edge_" + labels.get("stage", "")
+        # edge_late: answers that left the server after their deadline from the edge.
+        kind = labels.get("outcome") or ("edge_" + labels["stage"] if "stage" in labels else "late_at_edge")
         counts[(labels.get("model", "?"), kind)] += float(m[3])
     return counts
 diff = read(sys.argv[2])
