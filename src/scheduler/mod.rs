@@ -14,7 +14,6 @@ mod estimate;
 pub mod ids;
 mod queue;
 mod reactive;
-mod sizes;
 pub mod testbed;
 pub mod view;
 

@@ -31,7 +31,7 @@ impl ClockworkPolicy {
         // The controller admits only models it added (see `Policy::admit`).
         self.models[request.model.0 as usize].rate.record(now);
         let model = &self.models[request.model.0 as usize];
-        let quickest = model.exec.iter().map(|k| k.get(0)).min().unwrap_or(0);
+        let quickest = model.exec.iter().map(|k| k[0].get()).min().unwrap_or(0);
         if self.buffer.saturating_add(quickest) >= request.slo {
             // Margins so wide that not even the quickest run fits: stale ones give way
             // first (see `refresh_margins`).
@@ -56,7 +56,7 @@ impl ClockworkPolicy {
             refuse(plan, request, Refusal::DeadlineUnreachable);
             return;
         };
-        let single = model.exec.iter().map(|k| k.get(alone)).max().unwrap_or(0);
+        let single = model.exec.iter().map(|k| k[alone].get()).max().unwrap_or(0);
         let cold = model.ready_on.is_empty() && model.loading == 0;
         let load = model.load.iter().map(Estimator::get).min().unwrap_or(0);
         let hopeless = now + p.lanes.expected_lag + load + single > latest;
@@ -268,9 +268,9 @@ pub(super) fn efficient_batch(
     (items, pad): (usize, bool),
     max_exec_time: Nanos,
 ) -> Batch {
-    let (mut best, mut at) = ((1, m.exec[kind].get(0)), 0);
+    let (mut best, mut at) = ((1, m.exec[kind][0].get()), 0);
     for (b, &size) in m.batches.iter().enumerate().skip(1) {
-        let est = m.exec[kind].get(b);
+        let est = m.exec[kind][b].get();
         let covers = pad && b > 0 && m.batches[b - 1] < items as u32;
         if (size as usize > items && !covers) || est > max_exec_time {
             break;
@@ -285,7 +285,7 @@ pub(super) fn efficient_batch(
     Batch {
         served: best.0,
         estimate: best.1,
-        mean: m.exec[kind].mean(at),
+        mean: m.exec[kind][at].mean(),
     }
 }
 
@@ -364,11 +364,11 @@ mod tests {
     /// Feeds each of the model's execution estimates `runs` measurements spread around
     /// its profile (by the factors in `spread`, in turn).
     fn measure(policy: &mut ClockworkPolicy, spread: &[u64]) {
-        for e in &mut policy.models[0].exec {
-            for b in 0..e.len() {
-                let base = e.get(b);
+        for estimates in &mut policy.models[0].exec {
+            for e in estimates.iter_mut() {
+                let base = e.get();
                 for f in spread {
-                    e.observe(b, base * f / 10);
+                    e.observe(base * f / 10);
                 }
             }
         }
@@ -426,7 +426,7 @@ mod tests {
             // replica's start plus the quickest batch's estimate.
             let soonest = starts.iter().min().copied().unwrap_or(0);
             let batch = efficient_batch(m, 0, (remaining.min(16), false), u64::MAX);
-            let quickest = m.exec[0].iter().min().unwrap_or(0);
+            let quickest = m.exec[0].iter().map(|e| e.get()).min().unwrap_or(0);
             prop_assert!(mean.unwrap_or(0) >= soonest + quickest.min(batch.estimate));
         }
     }

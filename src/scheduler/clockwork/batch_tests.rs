@@ -202,29 +202,3 @@ fn a_request_withdrawn_in_a_batch_that_does_not_run_is_not_planned_again() {
     assert!(plan.actions.is_empty(), "planned again: {:?}", plan.actions);
     assert_eq!(policy.snapshot(later).queued, 0);
 }
-
-/// The edge bench's case (`scheduler::sizes`): a batch of 4 last measured long ago is not
-/// taken for cheap while the device runs batch 1 slower than it did then. Mutation that
-/// breaks it: `SizeEstimates` reading every size as its own estimator (the stale sizes, 2
-/// requests in 21 ms and 4 in 44, beat batch 1 at 25 ms).
-#[test]
-fn a_batch_size_measured_in_better_times_is_not_taken_for_cheap() {
-    let (mut policy, now) = loaded(&[[10 * MS, 21 * MS, 44 * MS]]);
-    let exec = &mut policy.models[0].exec[0];
-    exec.observe(2, 44 * MS);
-    // A slow spell: batch 1 now takes two and a half times its profile.
-    for _ in 0..25 {
-        exec.observe(0, 25 * MS);
-    }
-    let mut plan = Plan::default();
-    for id in 0..4 {
-        policy.admit(request(id, 0, now, 500 * MS), now, &mut plan);
-    }
-    assert!(plan.answers.is_empty(), "all admitted: {:?}", plan.answers);
-    policy.schedule(now, &mut plan);
-    let first = plan.actions.iter().find_map(|a| match &a.kind {
-        ActionKind::Infer { requests } => Some((requests.len(), a.expected_duration)),
-        _ => None,
-    });
-    assert_eq!(first, Some((1, 25 * MS)), "{:?}", plan.actions);
-}

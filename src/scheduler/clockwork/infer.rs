@@ -119,8 +119,10 @@ impl ClockworkPolicy {
         let mut changed = false;
         for (kind, name) in self.kinds.iter().enumerate() {
             let profile = m.info.profile_for(name);
-            let seed = |b: usize| profile.latency(m.batches[b]).unwrap_or(0);
-            changed |= m.exec[kind].reseed(seed);
+            for (b, &size) in m.batches.iter().enumerate() {
+                let seed = profile.latency(size).unwrap_or(0);
+                changed |= m.exec[kind][b].reseed(seed);
+            }
         }
         changed
     }

@@ -32,7 +32,6 @@ use super::device::{DeviceMirror, LaneTiming};
 use super::estimate::{Estimator, Margins};
 use super::ids::IdMap;
 use super::queue::{ModelQueue, Queued};
-use super::sizes::SizeEstimates;
 use super::{
     Action, ActionError, ActionKind, Answer, DeviceInfo, DeviceSnapshot, Measured, ModelInfo,
     Outcome, Plan, Policy, PolicySnapshot, Refusal, Request, Verdict,
@@ -113,7 +112,7 @@ struct ModelState {
     /// Allowed batch sizes, ascending, none above `max_batch`.
     batches: Vec<u32>,
     /// Execution estimates per device kind, per index into `batches`.
-    exec: Vec<SizeEstimates>,
+    exec: Vec<Vec<Estimator>>,
     /// Weight-load estimates per device kind.
     load: Vec<Estimator>,
     /// Profile the estimates of a new device kind are seeded from.
@@ -254,20 +253,20 @@ impl ClockworkPolicy {
 
     /// Execution estimate of `model` at batch index `b` on device kind `kind`.
     fn exec_estimate(&self, model: ModelId, kind: usize, b: usize) -> Nanos {
-        self.models[model.0 as usize].exec[kind].get(b)
+        self.models[model.0 as usize].exec[kind][b].get()
     }
 
     /// The most pessimistic batch-`b` estimate over device kinds, used for priorities
     /// that every device of any kind compares.
     fn worst_estimate(&self, model: ModelId, b: usize) -> Nanos {
         let m = &self.models[model.0 as usize];
-        m.exec.iter().map(|k| k.get(b)).max().unwrap_or(0)
+        m.exec.iter().map(|k| k[b].get()).max().unwrap_or(0)
     }
 
     /// The most optimistic batch-1 estimate: if even this cannot finish in time, nothing can.
     fn best_single(&self, model: ModelId) -> Nanos {
         let m = &self.models[model.0 as usize];
-        m.exec.iter().map(|k| k.get(0)).min().unwrap_or(0)
+        m.exec.iter().map(|k| k[0].get()).min().unwrap_or(0)
     }
 
     /// The most optimistic estimate of the batch a request of `items` items runs in
@@ -276,7 +275,7 @@ impl ClockworkPolicy {
     fn best_alone(&self, model: ModelId, items: u32) -> Nanos {
         let m = &self.models[model.0 as usize];
         let b = super::cover(&m.batches, items).unwrap_or(m.batches.len() - 1);
-        m.exec.iter().map(|k| k.get(b)).min().unwrap_or(0)
+        m.exec.iter().map(|k| k[b].get()).min().unwrap_or(0)
     }
 
     fn answer(plan: &mut Plan, requests: impl IntoIterator<Item = Queued>, verdict: Verdict) {
@@ -301,12 +300,11 @@ fn seed_exec(
     batches: &[u32],
     window: usize,
     percentile: f64,
-) -> SizeEstimates {
-    let seeds = batches
+) -> Vec<Estimator> {
+    batches
         .iter()
-        .map(|&b| profile.latency(b).unwrap_or(0))
-        .collect();
-    SizeEstimates::new(seeds, window, percentile)
+        .map(|&b| Estimator::new(profile.latency(b).unwrap_or(0), window, percentile))
+        .collect()
 }
 
 impl Policy for ClockworkPolicy {

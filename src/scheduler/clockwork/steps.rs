@@ -31,7 +31,7 @@ impl ClockworkPolicy {
             Ok(measured) => {
                 self.forget_withdrawn(&requests);
                 let m = &mut self.models[flight.model.0 as usize];
-                m.exec[kind].observe(batch, measured.duration);
+                m.exec[kind][batch].observe(measured.duration);
                 m.measured_at = m.measured_at.max(measured.end);
                 self.queue_changed(flight.model, None);
                 for q in requests {

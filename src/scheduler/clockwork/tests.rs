@@ -319,7 +319,7 @@ fn each_device_kind_is_seeded_from_its_own_profile() {
     let model = &policy.models[0];
     for (b, &batch) in model.batches.iter().enumerate() {
         let base = fallback.latency(batch).unwrap();
-        let seeds: Vec<Nanos> = kinds.iter().map(|&k| model.exec[k].get(b)).collect();
+        let seeds: Vec<Nanos> = kinds.iter().map(|&k| model.exec[k][b].get()).collect();
         assert_eq!(seeds, [2 * base, 3 * base, base], "batch {batch}");
     }
     let loads: Vec<Nanos> = kinds.iter().map(|&k| model.load[k].get()).collect();
