@@ -33,7 +33,12 @@ def perf_analyzer(out):
         # It measured every concurrency; errors are then only printed at its exit.
         return f"completed, {errors} error(s) printed at exit" if errors else "completed"
     concurrency = re.findall(r"Request concurrency: (\d+)", text)
-    return f"failed at {concurrency[-1] if concurrency else '?'}"
+    at = concurrency[-1] if concurrency else "?"
+    if not re.search(r"error|fail", text, re.I):
+        # Neither its summary nor an error: perf_analyzer is still running (a table
+        # made while the bench goes on), or it was killed.
+        return f"unfinished at {at}"
+    return f"failed at {at}"
 
 
 def main():
