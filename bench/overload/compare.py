@@ -6,7 +6,8 @@ per run, one column per run.
 
 Rows: the capacity it measured; the burst's answers in time, late at the client (and of
 them those the server itself sent after the deadline from the edge), refused
-(and of them `timed_out` and `overran`, the refusals that waited); refusal latency p50 and
+(and of them `timed_out` and `overran`, the refusals that waited); the answers' time inside
+the server (Server-Timing) at p50 and p99; refusal latency p50 and
 p99 at the client, and the p99 of a `deadline_unreachable` refusal inside the server; the
 CPU seconds of the devices' threads and of the rest over the burst (and the rest by
 thread name); the largest
@@ -54,16 +55,21 @@ def column(path):
     devices = threads.get("cpu-device-N", 0)
     others = {k: v for k, v in threads.items() if k != "cpu-device-N" and v >= 0.05}
     rest = sum(others.values())
-    unreachable = server_timing(text)["refusals"].get("deadline_unreachable", {})
+    timing = server_timing(text)
+    unreachable = timing["refusals"].get("deadline_unreachable", {})
+    answered = timing.get("successes", {}).get("server_ms", {})
+    per_model = models(text)
     refused_by = burst["refused_by"]
     row = {
         "capacity (answers/s)": re.search(r"^capacity: (\S+)", text, re.M).group(1),
         "in time": burst["ok_in_slo"],
         "late at the client": burst["late"],
-        # Sent by the server after the deadline counted from the edge (runs from this
-        # session on; earlier ones did not print it).
+        # Sent by the server after the deadline counted from the edge ("-": none, or a run
+        # from before the bench printed them).
         "of them late leaving the server": sum(
-            c.get("late_at_edge", 0) for c in models(text).values()) or "-",
+            c.get("late_at_edge", 0) for c in per_model.values()) or "-",
+        "answers' p50 / p99 ms inside the server":
+            f"{answered.get('p50', '-')} / {answered.get('p99', '-')}",
         "refused": burst["refused"],
         "of them timed_out / overran":
             f"{refused_by.get('timed_out', 0)} / {refused_by.get('overran', 0)}",
@@ -74,7 +80,7 @@ def column(path):
         "RSS max MiB": during["rss_mib_max"],
         "first second after": f"{after['ok_in_slo']} of {after['offered']}",
     }
-    for model, counts in sorted(models(text).items()):
+    for model, counts in sorted(per_model.items()):
         if "ok" in counts or "timed_out" in counts:
             in_time, timed_out = counts.get("ok", 0), counts.get("timed_out", 0)
             row[f"{model}: in time / timed_out"] = f"{in_time} / {timed_out}"
