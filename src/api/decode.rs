@@ -87,10 +87,11 @@ impl DecodePool {
             Ok(free)
         } else {
             let acquire = Arc::clone(&self.permits).acquire_owned();
-            match tokio::time::timeout(slack, acquire).await {
-                Ok(Ok(permit)) => Ok(permit),
+            // Released on a decoder's thread: through the worker's relay (`relay.rs`).
+            match super::relay::relayed(tokio::time::timeout(slack, acquire)).await {
+                Some(Ok(Ok(permit))) => Ok(permit),
                 // The semaphore is never closed; treat it as no slack all the same.
-                Ok(Err(_)) | Err(_) => Err(PoolError::NoSlack),
+                _ => Err(PoolError::NoSlack),
             }
         };
         drop(in_queue);
@@ -102,9 +103,12 @@ impl DecodePool {
         let result = actix_web::web::block(move || {
             let _held = permit;
             job()
-        })
-        .await;
-        result.map_err(|_| PoolError::Crashed)
+        });
+        // Finished on a decoder's thread: through the worker's relay (`relay.rs`).
+        match super::relay::relayed(result).await {
+            Some(Ok(done)) => Ok(done),
+            _ => Err(PoolError::Crashed),
+        }
     }
 }
 

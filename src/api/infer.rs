@@ -191,11 +191,15 @@ async fn call(
     };
     let waiting = Waiting::new(&state.metrics, entry.id);
     state.controller.do_send(message);
-    let answer = answer.await;
+    // Through the worker's relay: woken from the controller's thread, this request would
+    // wait in the worker's slow queue (`relay.rs`).
+    let answer = super::relay::relayed(answer).await;
     drop(waiting);
     // A controller that is gone (the reply dropped unanswered) can only be one that is
-    // shutting down.
-    let inferred = answer.unwrap_or(Err(InferError::ShuttingDown))?;
+    // shutting down; so is a relay that is gone.
+    let inferred = answer
+        .and_then(Result::ok)
+        .unwrap_or(Err(InferError::ShuttingDown))?;
     state.metrics.success(entry.id, &inferred);
     Ok(Answer {
         parameters: parameters(&entry.spec, &inferred, slo),

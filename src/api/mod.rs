@@ -37,6 +37,7 @@ mod metrics;
 mod models;
 pub mod openapi;
 mod pipelines;
+mod relay;
 mod repository;
 mod server_timing;
 mod shed;
@@ -246,6 +247,8 @@ pub fn app(
 > {
     // Called on each worker's thread as it starts: the worker measures its own lag.
     lag::start_probe();
+    // And hands answers from other threads to its requests from its own (`relay.rs`).
+    relay::start();
     let clock = state.clock;
     let access = Arc::clone(&state.access);
     let metrics = Arc::clone(&state.metrics);

@@ -89,7 +89,11 @@ pub(super) async fn call(
         edge: Some(edge),
         reply,
     });
-    let answer = answer.await.map_err(|_| InferError::ShuttingDown)?;
+    // Through the worker's relay, as a model's answer (`relay.rs`).
+    let answer = super::relay::relayed(answer)
+        .await
+        .and_then(Result::ok)
+        .ok_or(InferError::ShuttingDown)?;
     let answer = answer.map_err(failure_error)?;
     let started = state.clock.now();
     let slo = slo.unwrap_or(served.pipeline.slo);
