@@ -9,6 +9,9 @@
 //! | `health.rs` | `/v2/health/live`, `/v2/health/ready`, `/v2` |
 //! | `models.rs` | the model table; metadata, readiness, Triton config |
 //! | `infer.rs` | the inference routes |
+//! | `front.rs` | a request's one path at the edge, both protocols: refusal before reading, reading, decoding, the call, the answer by the deadline |
+//! | `relay.rs` | what other threads finish for a request, handed over from its HTTP worker's own thread |
+//! | `lag.rs` | how far behind its own work an HTTP worker is |
 //! | `edge.rs` | where a request's time starts, the front end's measured time, the decode pool |
 //! | `shed.rs` | adaptive shedding before reading: let through about twice what is accepted |
 //! | `v2.rs`, `codec.rs` | protocol bodies; tensor data to bytes and back |
@@ -29,6 +32,7 @@ pub mod dashboard;
 mod decode;
 mod edge;
 mod error;
+mod front;
 pub mod grpc;
 mod health;
 mod infer;

@@ -1,7 +1,7 @@
 //! Pipelines at the models' paths (`/v2/models/{pipeline}/...`): the model routes find a
 //! pipeline's name in the `PipelineTable` first and come here. Its requests go to its
 //! pipeline actor (`crate::actors::pipeline`) through the same front end as a model's
-//! (`infer.rs`: the edge's refusals, reading, the decode pool, the learned phases); metadata describe it as a model of platform `ensemble`; `config` is
+//! (`front.rs`: the edge's refusals, reading, the decode pool, the learned phases); metadata describe it as a model of platform `ensemble`; `config` is
 //! Triton's ensemble form, so Triton's clients read it; `ready` is the models' (every
 //! stage model ready, `models.rs`).
 
@@ -66,7 +66,7 @@ pub(super) fn refuse_unloaded(state: &ApiState, name: &str) -> Result<(), ApiErr
 }
 
 /// A decoded request to a pipeline (`POST /v2/models/{pipeline}/infer` or gRPC, through
-/// the same front end as a model's, `infer.rs`): one root request to its actor.
+/// the same front end as a model's, `front.rs`): one root request to its actor.
 pub(super) async fn call(
     state: &ApiState,
     served: &Served,

@@ -60,7 +60,8 @@ pub fn start() {
 }
 
 /// Awaits `work` (completed by another thread) through this worker's relay, or here on
-/// a thread without one. `None`: the relay went away with its worker (shutdown).
+/// a thread without one. `None`: the relay went away with its worker (shutdown). `work`
+/// is polled by the relay, so it must not itself await through the relay.
 pub async fn relayed<F>(work: F) -> Option<F::Output>
 where
     F: Future + 'static,

@@ -8,7 +8,7 @@
 //! are the runtime clock's, in microseconds, so lines can be joined by action and
 //! compared with each other. Two other places log under the same target, so one filter
 //! turns all of it on: the front end's refusals and late answers with their phase times
-//! (`infer.rs` through [`front`]) and each device job's wall time and the time its thread
+//! (`front.rs` through [`front`]) and each device job's wall time and the time its thread
 //! waited for a core (`gpu/thread.rs`). `bench/edge/trace.py` reads them.
 
 use tokio::sync::broadcast::{self, error::RecvError};

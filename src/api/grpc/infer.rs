@@ -1,4 +1,4 @@
-//! `ModelInfer`: the same edge path as HTTP's (`infer.rs`: [`Front`]), with protobuf in
+//! `ModelInfer`: the same edge path as HTTP's (`front.rs`: [`Front`]), with protobuf in
 //! and out. The arrival is stamped by the interceptor when the call's head is read
 //! (`mod.rs`); tonic has read and parsed the message by the time the handler runs, so
 //! that time is the request's `Read` phase.

@@ -6,7 +6,7 @@
 //! | --- | --- |
 //! | `proto.rs` | the code generated from `proto/grpc_service.proto` (messages, server, client) |
 //! | `service.rs` | each call, translated to the HTTP route's function and back |
-//! | `infer.rs` | `ModelInfer` through the HTTP route's edge path (`api::infer::Front`) |
+//! | `infer.rs` | `ModelInfer` through the HTTP route's edge path (`api::front::Front`) |
 //! | `tensors.rs` | protobuf tensors and parameters to the runtime's and back |
 //! | `config.rs` | Triton's model configuration as a message |
 //! | `status.rs` | the one table from an error's outcome to a gRPC code |

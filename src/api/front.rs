@@ -1,0 +1,369 @@
+//! The front end's one path for a decoded request, shared by HTTP (`infer.rs`) and gRPC
+//! (`grpc/infer.rs`): [`Front`] stamps nothing itself (the arrival comes from the edge's
+//! middleware) but takes the request from there through each step that may refuse it
+//! before the controller does (before reading, reading within the slack, decoding on the
+//! pool), makes the one call (a [`Submit`] to the controller, or a pipeline's root) and
+//! waits for the answer no later than the deadline, learning each phase's time on the way.
+
+use std::sync::Arc;
+
+use actix_web::web;
+use tokio::sync::oneshot;
+
+use super::body::{Answer, Decoded};
+use super::decode::PoolError;
+use super::edge::{FrontKey, Outlook, Phase, Stage};
+use super::error::ApiError;
+use super::metrics::Metrics;
+use super::models::Entry;
+use super::target::Target;
+use super::v2::AnswerParameters;
+use super::ApiState;
+use crate::actors::messages::{Edge, InferError, Inferred, Submit};
+use crate::model::{ModelId, ModelSpec};
+use crate::scheduler::view::{judge, Admission};
+use crate::tensor::Tensor;
+use crate::time::Nanos;
+
+/// A decoded request to a model: one [`Submit`] to the controller, its answer.
+async fn call(
+    state: &ApiState,
+    entry: &Arc<Entry>,
+    inputs: Vec<Tensor>,
+    items: u32,
+    slo: Option<Nanos>,
+    edge: Edge,
+) -> Result<Answer, ApiError> {
+    // The request carries its own reply channel: the controller answers this future
+    // directly, without a task of its own that waits for the answer and forwards it (what
+    // `Infer` through `send` costs: a second channel and a wake-up on the controller's
+    // thread). The controller's mailbox is unbounded in practice (`actors::MAILBOX`):
+    // requests are admitted or refused by the policy, never held back by the mailbox.
+    let (reply, answer) = oneshot::channel();
+    let message = Submit {
+        model: entry.spec.name.clone(),
+        inputs: Arc::new(inputs),
+        items,
+        slo,
+        edge: Some(edge),
+        root: None,
+        reply,
+    };
+    let waiting = Waiting::new(&state.metrics, entry.id);
+    state.controller.do_send(message);
+    // Through the worker's relay: woken from the controller's thread, this request would
+    // wait in the worker's slow queue (`relay.rs`).
+    let answer = super::relay::relayed(answer).await;
+    drop(waiting);
+    // A controller that is gone (the reply dropped unanswered) can only be one that is
+    // shutting down; so is a relay that is gone.
+    let inferred = answer
+        .and_then(Result::ok)
+        .unwrap_or(Err(InferError::ShuttingDown))?;
+    state.metrics.success(entry.id, &inferred);
+    Ok(Answer {
+        parameters: parameters(&entry.spec, &inferred, slo),
+        // From the end of the batch (same clock): the way back costs time too. No clock
+        // read here: `Front::took` measures from it without going below zero.
+        ended: inferred.timing.exec.end,
+        exec: Some(inferred.timing.exec.duration),
+        outputs: inferred.outputs,
+    })
+}
+
+/// How much before a request's deadline (besides its encoding) the front end stops
+/// waiting for its answer: the HTTP worker's own delay in running a timer that is due and
+/// writing the answer when its core is busy (answers encoded 0.4 to 1.2 ms past the
+/// deadline on the 2-core edge bench before this lead).
+const GUARD_LEAD: Nanos = 1_000_000;
+
+/// A request's answer as the front end delivered it: encoded by its protocol, with the
+/// time the server held it (arrival to encoded) and its batch's run time.
+pub(super) struct Delivered<R> {
+    pub(super) response: R,
+    pub(super) took: Nanos,
+    pub(super) exec: Option<Nanos>,
+}
+
+/// One request as the front end sees it: its arrival, the learned front-end costs of its
+/// model or pipeline, and each step that may refuse it before the controller does. Both
+/// protocols go through it: HTTP (`run`) and gRPC (`grpc/infer.rs`).
+pub(super) struct Front<'a> {
+    state: &'a ApiState,
+    target: &'a Target,
+    key: FrontKey,
+    arrival: Nanos,
+    /// The learned front-end times, read once at arrival (one lock of the table).
+    outlook: Outlook,
+    /// The deadline the front end works to before the body says otherwise: the model's
+    /// or pipeline's objective (a request's own `slo_ms` is inside the body), less the
+    /// way back (`Phase::Respond`, and the worker's lag: the answer waits for it too).
+    deadline: Nanos,
+    /// This HTTP worker's lag when the request arrived (`lag.rs`).
+    lag: Nanos,
+}
+
+impl<'a> Front<'a> {
+    /// A request to `target` whose head was read at `arrival`.
+    pub(super) fn new(state: &'a ApiState, target: &'a Target, arrival: Nanos) -> Self {
+        let key = target.key();
+        let outlook = state.front.outlook(&key, arrival);
+        let lag = super::lag::current();
+        let deadline = arrival
+            .saturating_add(target.spec().slo)
+            .saturating_sub(outlook.expected.respond + lag);
+        Self {
+            state,
+            target,
+            key,
+            arrival,
+            outlook,
+            deadline,
+            lag,
+        }
+    }
+
+    fn refuse(&self, stage: Stage, retry_after: Nanos) -> ApiError {
+        self.state.metrics.refused_at_edge(&self.key, stage);
+        self.trace("refused at the edge", stage.as_str(), None);
+        if matches!(stage, Stage::Reading | Stage::Decoding) {
+            let now = self.state.clock.now();
+            self.state.front.refused_after_reading(&self.key, now);
+        }
+        ApiError::Early {
+            model: self.target.spec().name.clone(),
+            stage,
+            retry_after_s: retry_after.div_ceil(1_000_000_000).max(1),
+        }
+    }
+
+    /// The answer was not there by the deadline: its batch ran (or its answer came back)
+    /// later than planned.
+    fn overran(&self) -> ApiError {
+        ApiError::Overran {
+            model: self.target.spec().name.clone(),
+        }
+    }
+
+    /// A debug line (`api::trace`) with the request's times, where it ended.
+    fn trace(&self, what: &str, stage: &str, submitted: Option<Nanos>) {
+        if super::trace::enabled() {
+            let times = (self.arrival, submitted, self.deadline);
+            super::trace::front(what, stage, times, self.state.clock.now(), &self.outlook);
+        }
+    }
+
+    /// Records the time a phase took since `started`; answers when it ended (now).
+    pub(super) fn took(&self, phase: Phase, started: Nanos) -> Nanos {
+        let now = self.state.clock.now();
+        self.record(phase, now.saturating_sub(started), now);
+        now
+    }
+
+    /// Learns and shows the time a phase took, measured at `now` (the caller's own clock
+    /// reading: on some virtual machines each read is a system call, and a request's
+    /// path read the clock fourteen times).
+    fn record(&self, phase: Phase, took: Nanos, now: Nanos) {
+        self.record_each(&[(phase, took)], now);
+    }
+
+    /// [`Front::record`] of phases that ended together, learned under one lock.
+    fn record_each(&self, measured: &[(Phase, Nanos)], now: Nanos) {
+        self.state.front.observe_each(&self.key, measured, now);
+        self.state.metrics.front(&self.key, measured);
+    }
+
+    /// Refuses, from the controller's last view of the model (a pipeline's first stage),
+    /// a request it cannot serve by the model's (the pipeline's) deadline; answers the
+    /// clock reading it judged at, where reading the body starts.
+    pub(super) fn admit_before_reading(&self) -> Result<Nanos, ApiError> {
+        let now = self.state.clock.now();
+        // The best recent times as read at arrival, microseconds ago.
+        let e = self.outlook.least;
+        let view = self.target.view().and_then(|m| self.state.admission.get(m));
+        // The decoders' backlog now, not only the best recent wait: a request behind a
+        // queue of bodies it cannot pass in time is refused before its body is read.
+        let wait = e.wait.max(self.state.decoders.least_wait());
+        // The worker must get to the request again to read its body: its lag counts here
+        // too (and for the way back, in `deadline`).
+        let ahead = e.read + wait + e.decode + self.lag;
+        if self.lag > 0 && now.saturating_add(ahead) > self.deadline {
+            // The front end alone cannot make it, whatever the devices' backlog.
+            return Err(self.refuse(Stage::BeforeReading, self.lag));
+        }
+        match judge(view.as_ref(), now, ahead, self.deadline) {
+            Admission::Admit if self.state.front.shed(&self.key, now) => {
+                Err(self.refuse(Stage::Throttled, 0))
+            }
+            Admission::Admit => Ok(now),
+            Admission::Refuse { retry_after } => {
+                Err(self.refuse(Stage::BeforeReading, retry_after))
+            }
+        }
+    }
+
+    /// Reads the body from `started` (the caller's last clock reading, taken just
+    /// before), giving up when the rest could no longer be done in time; answers it with
+    /// the clock reading at its end.
+    pub(super) async fn read(
+        &self,
+        body: web::Payload,
+        started: Nanos,
+    ) -> Result<(web::Bytes, Nanos), ApiError> {
+        let limit = self.state.settings.max_body_bytes;
+        let until = self.deadline.saturating_sub(self.outlook.expected.decode);
+        // A timer at the instant itself: no clock read for the slack (see `record`).
+        let until = self.state.clock.instant(until);
+        let read = tokio::time::timeout_at(until, body.to_bytes_limited(limit)).await;
+        let Ok(read) = read else {
+            return Err(self.refuse(Stage::Reading, 0));
+        };
+        let bytes = read
+            .map_err(|_| ApiError::PayloadTooLarge { limit })?
+            .map_err(|e| ApiError::InvalidBody(e.to_string()))?;
+        let read = self.took(Phase::Read, started);
+        Ok((bytes, read))
+    }
+
+    /// Decodes the request on the bounded pool (inline if `small`), unless no decoder is
+    /// free within its slack; `job` turns the protocol's request into tensors against
+    /// the target's spec. `started` is the caller's last clock reading (the end of the
+    /// read), taken just before: each phase starts where the last one ended.
+    pub(super) async fn decode(
+        &self,
+        small: bool,
+        started: Nanos,
+        job: impl FnOnce(&ModelSpec) -> Result<Decoded, ApiError> + Send + 'static,
+    ) -> Result<Decoded, ApiError> {
+        let until = self.deadline.saturating_sub(self.outlook.expected.decode);
+        // From the clock reading just taken, not a new one.
+        let clock = self.state.clock;
+        let slack = clock
+            .instant(until)
+            .saturating_duration_since(clock.instant(started));
+        let target = self.target.clone();
+        let state = self.state;
+        let job = move || {
+            let begun = clock.now();
+            (begun, job(target.spec()))
+        };
+        let work = self.outlook.least.decode;
+        let (begun, decoded) = match state.decoders.run(slack, small, work, job).await {
+            Ok(done) => done,
+            Err(PoolError::Crashed) => {
+                return Err(ApiError::InvalidBody("the decoder failed".into()))
+            }
+            Err(PoolError::Full(_) | PoolError::NoSlack) => {
+                return Err(self.refuse(Stage::Decoding, 0))
+            }
+        };
+        let done = state.clock.now();
+        let waited = begun.saturating_sub(started);
+        let measured = [
+            (Phase::Wait, waited),
+            (Phase::Decode, done.saturating_sub(begun)),
+        ];
+        self.record_each(&measured, done);
+        decoded
+    }
+
+    /// The one call every protocol makes of a decoded request: a [`Submit`] to the
+    /// controller or a pipeline's root request, with the arrival and the way back; then
+    /// the answer encoded by `encode`, the way back learned, lateness and latency counted.
+    pub(super) async fn answer<R>(
+        &self,
+        mut decoded: Decoded,
+        encode: impl FnOnce(&ModelSpec, &Decoded, Answer) -> R,
+    ) -> Result<Delivered<R>, ApiError> {
+        let slo = decoded.slo.unwrap_or(self.target.spec().slo);
+        let edge = Edge {
+            arrival: self.arrival,
+            reserve: self.outlook.expected.respond + self.lag,
+        };
+        let submitted = super::trace::enabled().then(|| self.state.clock.now());
+        let inputs = std::mem::take(&mut decoded.inputs);
+        let (items, slo_asked) = (decoded.batched.items, decoded.slo);
+        let call = async {
+            match self.target {
+                Target::Model(entry) => {
+                    call(self.state, entry, inputs, items, slo_asked, edge).await
+                }
+                Target::Pipeline { served, .. } => {
+                    super::pipelines::call(self.state, served, inputs, items, slo_asked, edge).await
+                }
+            }
+        };
+        // The answer is due by the deadline, whatever the run took: past it (less the
+        // encoding, at most the best recent way back, which includes it, and the
+        // worker's own delay), the request is refused then, and outputs that come later
+        // are dropped (see `ApiError::Overran`).
+        let due = self
+            .arrival
+            .saturating_add(slo)
+            .saturating_sub(self.outlook.least.respond + GUARD_LEAD);
+        let due = self.state.clock.instant(due);
+        // A request whose objective is over before it is even submitted (a few
+        // microseconds) is the controller's to refuse, at once and by its real reason;
+        // and a server configured to answer late waits.
+        let answer = if self.state.settings.answer_late || due <= tokio::time::Instant::now() {
+            call.await
+        } else {
+            match tokio::time::timeout_at(due, call).await {
+                Ok(answer) => answer,
+                Err(_) => Err(self.overran()),
+            }
+        };
+        let answer = answer.inspect_err(|error| {
+            if error.kind().is_refusal() {
+                self.trace("refused after decoding", error.kind().as_str(), submitted);
+                let now = self.state.clock.now();
+                self.state.front.refused_after_reading(&self.key, now);
+            }
+        })?;
+        let (ended, exec) = (answer.ended, answer.exec);
+        let response = encode(self.target.spec(), &decoded, answer);
+        let done = self.took(Phase::Respond, ended);
+        if done > self.arrival.saturating_add(slo) {
+            self.state.metrics.late_at_edge(&self.key);
+            self.trace("late at the edge", "respond", submitted);
+        }
+        let took = done.saturating_sub(self.arrival);
+        self.state.metrics.delivered(&self.key, took);
+        Ok(Delivered {
+            response,
+            took,
+            exec,
+        })
+    }
+}
+
+/// Counts a request as pending while it waits for the controller; a guard, because a
+/// client that hangs up drops the handler mid-wait.
+struct Waiting<'a> {
+    metrics: &'a Metrics,
+    model: ModelId,
+}
+
+impl<'a> Waiting<'a> {
+    fn new(metrics: &'a Metrics, model: ModelId) -> Self {
+        metrics.pending(model, 1);
+        Self { metrics, model }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.metrics.pending(self.model, -1);
+    }
+}
+
+/// A model's answer parameters: `emulated`, `late`, `batch_size`, `slo_ms`.
+fn parameters(spec: &ModelSpec, inferred: &Inferred, slo: Option<Nanos>) -> AnswerParameters {
+    AnswerParameters {
+        batch_size: Some(inferred.timing.batch),
+        emulated: inferred.emulated,
+        late: inferred.late,
+        missing: None,
+        slo_ms: slo.unwrap_or(spec.slo) as f64 / 1e6,
+    }
+}
