@@ -260,32 +260,33 @@ pub(super) struct Batch {
 }
 
 /// The allowed batch of at most `items` items that serves the most per unit of device
-/// time on device kind `kind` (within `max_exec_time` above batch 1), by its estimate.
-/// With `pad`, the smallest batch that holds every item is a candidate too.
+/// time on device kind `kind` (within `max_exec_time` above batch 1), by its mean (as the
+/// plan chooses its batches: `ClockworkPolicy::exec_mean`). With `pad`, the smallest batch
+/// that holds every item is a candidate too.
 pub(super) fn efficient_batch(
     m: &ModelState,
     kind: usize,
     (items, pad): (usize, bool),
     max_exec_time: Nanos,
 ) -> Batch {
-    let (mut best, mut at) = ((1, m.exec[kind][0].get()), 0);
+    let (mut best, mut at) = ((1, m.exec[kind][0].mean()), 0);
     for (b, &size) in m.batches.iter().enumerate().skip(1) {
         let est = m.exec[kind][b].get();
         let covers = pad && b > 0 && m.batches[b - 1] < items as u32;
         if (size as usize > items && !covers) || est > max_exec_time {
             break;
         }
-        let served = (size as usize).min(items);
-        // served / est > best.0 / best.1, without division.
-        if served as u128 * u128::from(best.1) >= best.0 as u128 * u128::from(est) {
-            best = (served, est);
+        let (served, mean) = ((size as usize).min(items), m.exec[kind][b].mean());
+        // served / mean > best.0 / best.1, without division.
+        if served as u128 * u128::from(best.1) >= best.0 as u128 * u128::from(mean) {
+            best = (served, mean);
             at = b;
         }
     }
     Batch {
         served: best.0,
-        estimate: best.1,
-        mean: m.exec[kind][at].mean(),
+        estimate: m.exec[kind][at].get(),
+        mean: best.1,
     }
 }
 

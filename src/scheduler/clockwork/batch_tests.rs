@@ -202,3 +202,56 @@ fn a_request_withdrawn_in_a_batch_that_does_not_run_is_not_planned_again() {
     assert!(plan.actions.is_empty(), "planned again: {:?}", plan.actions);
     assert_eq!(policy.snapshot(later).queued, 0);
 }
+
+/// Runs one request of model 0 alone, its batch measured at `took`; answers when it ended.
+fn run_alone(policy: &mut ClockworkPolicy, id: u64, now: Nanos, took: Nanos) -> Nanos {
+    let mut plan = Plan::default();
+    policy.admit(request(id, 0, now, 500 * MS), now, &mut plan);
+    policy.schedule(now, &mut plan);
+    let action = plan
+        .actions
+        .iter()
+        .find(|a| matches!(a.kind, ActionKind::Infer { .. }))
+        .expect("an INFER for the request alone");
+    let begin = action.earliest.max(now);
+    let measured = Measured {
+        begin,
+        end: begin + took,
+        duration: took,
+    };
+    let outcome = Outcome {
+        action: action.id,
+        result: Ok(measured),
+    };
+    policy.observe(outcome, begin + took, &mut Plan::default());
+    begin + took
+}
+
+#[test]
+fn sizes_are_compared_by_what_their_runs_take_on_average() {
+    // Batch 4 is still at its profile: 11 ms per item. Batch 1 has run ten times, nine in
+    // 10 ms and one in 15 ms: 10.5 ms on average, but its estimate (the window's high
+    // percentile) keeps the slow run. Four requests with time to spare are run one by
+    // one, each cheaper on average than a quarter of the batch of 4.
+    let (mut policy, mut now) = loaded(&[[10 * MS, 24 * MS, 44 * MS]]);
+    for (id, took) in [10, 10, 10, 10, 15, 10, 10, 10, 10, 10]
+        .into_iter()
+        .enumerate()
+    {
+        now = run_alone(&mut policy, id as u64, now, took * MS);
+    }
+    let mut plan = Plan::default();
+    for id in 100..104 {
+        policy.admit(request(id, 0, now, 500 * MS), now, &mut plan);
+    }
+    assert!(plan.answers.is_empty(), "all admitted: {:?}", plan.answers);
+    policy.schedule(now, &mut plan);
+    let Some(ActionKind::Infer { requests }) = plan.actions.first().map(|a| &a.kind) else {
+        panic!("an INFER first: {:?}", plan.actions);
+    };
+    assert_eq!(
+        requests.len(),
+        1,
+        "batch 1 (10.5 ms a run on average) over batch 4 (44 ms for 4): {requests:?}"
+    );
+}

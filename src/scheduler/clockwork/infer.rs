@@ -39,19 +39,25 @@ impl ClockworkPolicy {
         let front = m.queue.front()?;
         let items = m.queue.items();
         let needs = cover(&m.batches, front.items).unwrap_or(0);
-        let mut best = (m.batches[needs] as usize, self.worst_estimate(model, needs));
+        // (size, mean, estimate) of the best so far: compared by the mean, ranked by the
+        // estimate (see `exec_mean`).
+        let first = (
+            self.worst_mean(model, needs),
+            self.worst_estimate(model, needs),
+        );
+        let mut best = (m.batches[needs] as usize, first.0, first.1);
         for b in needs + 1..m.batches.len() {
             let est = self.worst_estimate(model, b);
             if m.batches[b] as usize > items || est > self.params.max_exec_time {
                 break;
             }
-            let size = m.batches[b] as usize;
-            // size / est > best.0 / best.1, without division.
-            if size as u128 * u128::from(best.1) > best.0 as u128 * u128::from(est) {
-                best = (size, est);
+            let (size, mean) = (m.batches[b] as usize, self.worst_mean(model, b));
+            // size / mean > best.0 / best.1, without division.
+            if size as u128 * u128::from(best.1) > best.0 as u128 * u128::from(mean) {
+                best = (size, mean, est);
             }
         }
-        Some(front.deadline.saturating_sub(best.1))
+        Some(front.deadline.saturating_sub(best.2))
     }
 
     /// Re-files the model after its queue or estimates changed: in the strategy queues of
@@ -320,7 +326,8 @@ impl ClockworkPolicy {
             if served == 0 {
                 continue;
             }
-            let rate = served as f64 / est.max(1) as f64;
+            // Per unit of device time as runs of this size take on average (`exec_mean`).
+            let rate = served as f64 / self.exec_mean(model, kind, b).max(1) as f64;
             if rate >= best_rate {
                 (best, best_rate) = (b, rate);
             }

@@ -256,6 +256,22 @@ impl ClockworkPolicy {
         self.models[model.0 as usize].exec[kind][b].get()
     }
 
+    /// What a batch-`b` run costs on average on `kind`: the mean of its window. Sizes are
+    /// compared by it (which serves the most per unit of device time), while whether a run
+    /// finishes in time is judged by the estimate: a size's few slow runs raise its high
+    /// percentile for a whole window, and compared by that it lost to a size never
+    /// measured since its profile, which can be far from what the device now does
+    /// (docs/EXPERIMENTS.md, "Sizes compared by their means").
+    fn exec_mean(&self, model: ModelId, kind: usize, b: usize) -> Nanos {
+        self.models[model.0 as usize].exec[kind][b].mean()
+    }
+
+    /// The most pessimistic batch-`b` mean over device kinds (see [`Self::exec_mean`]).
+    fn worst_mean(&self, model: ModelId, b: usize) -> Nanos {
+        let m = &self.models[model.0 as usize];
+        m.exec.iter().map(|k| k[b].mean()).max().unwrap_or(0)
+    }
+
     /// The most pessimistic batch-`b` estimate over device kinds, used for priorities
     /// that every device of any kind compares.
     fn worst_estimate(&self, model: ModelId, b: usize) -> Nanos {
