@@ -20,6 +20,7 @@
 
 use std::cell::RefCell;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::task::{Context, Poll, Waker};
 
 use futures_util::future::LocalBoxFuture;
@@ -71,8 +72,12 @@ where
     }
     let (done, answer) = oneshot::channel();
     let flight = async move {
-        // The request may be gone (its client hung up): nothing to hand over then.
-        let _ = done.send(work.await);
+        // A panic in `work` ends this flight alone (its request then finds the relay
+        // gone), never the relay task every other request on the worker waits through.
+        if let Ok(output) = AssertUnwindSafe(work).catch_unwind().await {
+            // The request may be gone (its client hung up): nothing to hand over then.
+            let _ = done.send(output);
+        }
     };
     RELAY.with_borrow_mut(|relay| {
         let Some(relay) = relay.as_mut() else {
@@ -181,6 +186,19 @@ mod tests {
             waited < 500,
             "the answers took {waited} turns of the busy task"
         );
+    }
+
+    #[actix_web::test]
+    async fn a_panic_in_one_flight_leaves_the_relay_to_the_others() {
+        start();
+        let panicked = relayed(async { panic!("a broken future") }).await;
+        assert_eq!(panicked, None::<()>, "its request finds the relay gone");
+        let (tx, rx) = oneshot::channel();
+        let sender = std::thread::spawn(move || tx.send(5).expect("the request waits"));
+        // Bounded, so that a dead relay fails the test instead of hanging it.
+        let next = tokio::time::timeout(std::time::Duration::from_secs(5), relayed(rx)).await;
+        assert_eq!(next, Ok(Some(Ok(5))), "the next request is served");
+        sender.join().expect("joined");
     }
 
     #[test]
