@@ -10,7 +10,7 @@
 //! in time were written 100 to 350 ms past the timer that should have ended their wait
 //! (the timer's wake-up is the worker's own, but the task was already queued by the
 //! answer's, in the slow queue), while the worker's own lag (`lag.rs`) stayed under 60 ms
-//! (docs/RELIABILITY.md, "Answers woken from another thread").
+//! (docs/EXPERIMENTS.md, "Answers woken from another thread").
 //!
 //! So each worker runs one relay task that awaits all such futures at once: however many of
 //! them finish, the worker is woken from outside once (a task already queued is not queued
