@@ -90,7 +90,8 @@ impl DecodePool {
             // Released on a decoder's thread: through the worker's relay (`relay.rs`).
             match super::relay::relayed(tokio::time::timeout(slack, acquire)).await {
                 Some(Ok(Ok(permit))) => Ok(permit),
-                // The semaphore is never closed; treat it as no slack all the same.
+                // The semaphore is never closed, and a relay gone is a worker shutting
+                // down: no slack, all the same.
                 _ => Err(PoolError::NoSlack),
             }
         };
