@@ -5,13 +5,15 @@
 
 mod cpu_support;
 
+use clockwork::actors::messages::Inferred;
 use clockwork::actors::messages::SnapshotExecutor;
 use clockwork::events::Event;
 use clockwork::protocol::ActionTag;
 use clockwork::repository::zoo;
 use clockwork::tensor::Tensor;
 use cpu_support::{
-    assert_close, config, from_tract, infer, start, tract_direct, values, write_broken, TempDir,
+    assert_close, config, from_tract, infer, infer_items, start, tract_direct, values,
+    write_broken, TempDir,
 };
 use tract_onnx::prelude::Tensor as TractTensor;
 
@@ -33,6 +35,27 @@ fn item(model: &str, seed: u64) -> Tensor {
     Tensor::from_f32("input", shape, &values(count, seed))
 }
 
+/// Items of request `request`: 1 to 3 of them, so that batches of several items run
+/// whatever the policy makes of concurrent requests (a request's items run together).
+fn items_of(request: u64) -> u64 {
+    1 + request % 3
+}
+
+/// The seed of item `j` of request `request`: every item of the test is different.
+fn seed(request: u64, j: u64) -> u64 {
+    request * 4 + j
+}
+
+/// Request `request`'s input: its items' values back to back.
+fn request_input(model: &str, request: u64) -> Tensor {
+    let shape = item_shape(model);
+    let count: usize = shape.iter().product();
+    let values: Vec<f32> = (0..items_of(request))
+        .flat_map(|j| values(count, seed(request, j)))
+        .collect();
+    Tensor::from_f32("input", shape, &values)
+}
+
 #[actix_web::test]
 async fn served_outputs_equal_tract_run_directly() {
     let root = TempDir::new("cpu-equal");
@@ -40,39 +63,60 @@ async fn served_outputs_equal_tract_run_directly() {
     let runtime = start(&config(root.path(), 2, 64, 16 * MIB));
     let mut largest_batch = 0;
     for &model in zoo::MODELS {
-        // Concurrent requests, so that the controller forms batches of several.
+        // Concurrent requests, so that the controller may also batch several of them.
         let requests: Vec<_> = (0..12u64)
-            .map(|seed| {
-                let inputs = vec![item(model, seed)];
+            .map(|request| {
+                let inputs = vec![request_input(model, request)];
+                let items = items_of(request) as u32;
                 let runtime = &runtime;
-                async move { infer(runtime, model, inputs).await }
+                async move { infer_items(runtime, model, inputs, items).await }
             })
             .collect();
         let answers = futures_util::future::join_all(requests).await;
         let onnx = root.path().join(model).join("1/model.onnx");
-        for (seed, answer) in answers.into_iter().enumerate() {
+        for (request, answer) in (0..).zip(answers) {
             assert!(!answer.emulated, "{model}: the cpu backend computes");
             largest_batch = largest_batch.max(answer.timing.batch);
-            let input = item(model, seed as u64);
-            let mut shape = vec![1];
-            shape.extend(&input.shape);
-            let direct = TractTensor::from_shape(&shape, &input.to_f32().unwrap()).unwrap();
-            let want = tract_direct(&onnx, &[&direct]);
-            // Every output (the detector has two: scores and crops).
-            assert_eq!(answer.outputs.len(), want.len(), "{model}");
-            for (got, want) in answer.outputs.iter().zip(&want) {
-                let mut want = from_tract(&got.name, want);
-                want.shape.remove(0);
-                assert_eq!(got.shape, want.shape, "{model} {}", got.name);
-                let batch = answer.timing.batch;
-                let what = format!("{model} {} request {seed} (batch {batch})", got.name);
-                assert_close(&what, got, &want, 1e-4, 1e-5);
-            }
+            check_items(&onnx, model, request, &answer);
         }
     }
-    // The requests queue behind the cold loads, so batches of several items were checked.
-    assert!(largest_batch > 1, "only batches of {largest_batch} formed");
+    assert!(largest_batch > 1, "only batches of {largest_batch} ran");
     runtime.shutdown().await;
+}
+
+/// Every output of every item of `answer` equals tract's run of that item alone.
+fn check_items(onnx: &std::path::Path, model: &str, request: u64, answer: &Inferred) {
+    let batch = answer.timing.batch;
+    let shape = item_shape(model);
+    let count: usize = shape.iter().product();
+    for j in 0..items_of(request) {
+        let mut batched = vec![1];
+        batched.extend(&shape);
+        let direct = TractTensor::from_shape(&batched, &values(count, seed(request, j))).unwrap();
+        let want = tract_direct(onnx, &[&direct]);
+        // Every output (the detector has two: scores and crops).
+        assert_eq!(answer.outputs.len(), want.len(), "{model}");
+        for (got, want) in answer.outputs.iter().zip(&want) {
+            let mut want = from_tract(&got.name, want);
+            want.shape.remove(0);
+            assert_eq!(got.shape, want.shape, "{model} {}", got.name);
+            let got = item_of(got, j as usize, items_of(request) as usize);
+            let what = format!(
+                "{model} {} request {request} item {j} (batch {batch})",
+                got.name
+            );
+            assert_close(&what, &got, &want, 1e-4, 1e-5);
+        }
+    }
+}
+
+/// Item `j` of an output holding `items` items back to back.
+fn item_of(output: &Tensor, j: usize, items: usize) -> Tensor {
+    let per = output.data.len() / items;
+    Tensor {
+        data: output.data[j * per..(j + 1) * per].to_vec().into(),
+        ..output.clone()
+    }
 }
 
 #[actix_web::test]

@@ -86,10 +86,20 @@ pub const SLACK_SLO_MS: u64 = 10_000;
 
 /// One request through the controller, which must succeed.
 pub async fn infer(runtime: &Runtime, model: &str, inputs: Vec<Tensor>) -> Inferred {
+    infer_items(runtime, model, inputs, 1).await
+}
+
+/// One request of `items` items (each input holds them back to back), which must succeed.
+pub async fn infer_items(
+    runtime: &Runtime,
+    model: &str,
+    inputs: Vec<Tensor>,
+    items: u32,
+) -> Inferred {
     let infer = Infer {
         model: model.into(),
         inputs,
-        items: 1,
+        items,
         slo: Some(SLACK_SLO_MS * 1_000_000),
         edge: None,
         root: None,
