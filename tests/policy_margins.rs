@@ -165,6 +165,56 @@ fn noisy_devices_keep_a_margin_and_are_never_late() {
     }
 }
 
+/// One device at twice what it can serve, in slow spells: for 300 ms of every second the
+/// runs take 1.5 times their profile.
+fn drifting() -> (
+    Load,
+    impl Fn(Testbed<ClockworkPolicy>) -> Testbed<ClockworkPolicy>,
+) {
+    let load = Load {
+        devices: 1,
+        models: 1,
+        base: 4 * MS,
+        n: 3000,
+        // Batches of 8 serve 8 in 13.3 ms: about 0.6 a ms; twice that arrives.
+        gap: 830 * US,
+        slo: 60 * MS,
+        seed: 11,
+    };
+    (load, |t: Testbed<ClockworkPolicy>| {
+        t.with_slow_spells(1000 * MS, 300 * MS, 1.5)
+    })
+}
+
+#[test]
+fn drifting_devices_refuse_at_arrival_rather_than_after_a_wait() {
+    let (load, spells) = drifting();
+    let run = |config: &PolicyConfig| spells(testbed(&load, config, None)).run(load.requests());
+    let with = run(&PolicyConfig {
+        drift_margin: true,
+        ..PolicyConfig::default()
+    });
+    let without = run(&PolicyConfig::default());
+    for r in [&with, &without] {
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+    }
+    let waited = |r: &Report| r.refused.values().sum::<usize>() - r.refused_on_arrival;
+    // Without the margin the requests admitted last in a spell wait and then time out.
+    assert!(
+        waited(&with) * 2 < waited(&without),
+        "refused after waiting: {} with the drift margin, {} without ({with:?} {without:?})",
+        waited(&with),
+        waited(&without)
+    );
+    // What the margin refuses at arrival is work the device could not have done anyway.
+    assert!(
+        with.completed * 100 >= without.completed * 97,
+        "served {} with, {} without",
+        with.completed,
+        without.completed
+    );
+}
+
 fn load() -> impl Strategy<Value = Load> {
     let shape = (1usize..4, 1u32..8, 300u64..4_000);
     (shape, 200usize..1500, 0.3f64..1.5, 2u64..12, any::<u64>()).prop_map(

@@ -320,6 +320,18 @@ pub struct PolicyConfig {
     /// comes, its own batch still fits at the estimate; what this changes is how many are
     /// admitted to wait for that turn.
     pub queue_at_mean: bool,
+    /// Admission keeps, before the objective of a request that would wait behind other
+    /// work, a share of the time until it would finish: the drift of the devices that
+    /// hold its model, the 99th percentile over their last `margin_window` stretches of 8
+    /// consecutive runs of how much longer than their means a stretch took, as a share of
+    /// those means (`scheduler::drift::Drift`). Nothing on devices with exact timing
+    /// (the simulator's); on a device whose runs drift in slow spells (a cpu core),
+    /// without it the requests admitted last under overload wait most of their objective
+    /// and are then refused as timed out. Off by default: on a noisy 2-core host it
+    /// halved the time-outs under overload but refused work below capacity that the
+    /// device would have served (docs/EXPERIMENTS.md, "The drift margin"). Learned only
+    /// with `learn_margins`.
+    pub drift_margin: bool,
     /// Admission also counts, on each device that holds the model, the other resident
     /// models' queued work due before the new request (`scheduler/clockwork/shared.rs`):
     /// on a device shared by several busy models a request is then refused when it
@@ -357,6 +369,7 @@ impl Default for PolicyConfig {
             margin_window: 256,
             margin_percentile: 100.0,
             queue_at_mean: true,
+            drift_margin: false,
             shared_arrival: false,
             load_budget: ms(25),
             max_batch: 16,

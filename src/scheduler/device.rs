@@ -9,6 +9,8 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+pub use super::estimate::Planned;
+
 use super::estimate::Margins;
 use super::ids::IdMap;
 use super::Measured;
@@ -26,24 +28,34 @@ pub struct LaneTiming {
     pub lag_allowance: Nanos,
 }
 
+/// What an action is expected to take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Expected {
+    /// The duration it is planned with (a high percentile of its recent runs).
+    pub estimate: Nanos,
+    /// What its runs take on average: admission projects queues at it, so the device's
+    /// drift is measured against it.
+    pub mean: Nanos,
+}
+
+impl Expected {
+    /// An action whose estimate is all there is to expect (loads, unloads).
+    pub fn exact(duration: Nanos) -> Self {
+        Self {
+            estimate: duration,
+            mean: duration,
+        }
+    }
+}
+
 /// An action sent on a lane and not yet reported.
 #[derive(Debug)]
 struct Pending {
     id: ActionId,
-    /// The duration it was planned with.
-    expected: Nanos,
+    /// What it was planned with.
+    expected: Expected,
     /// When it was sent: it could not start before.
     sent: Nanos,
-}
-
-/// What a reported action had been planned with, for learning the device's margins.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Planned {
-    /// When it could have started at the soonest: sent, and the lane's previous action
-    /// reported done.
-    pub could_start: Nanos,
-    /// The duration it was planned with.
-    pub expected: Nanos,
 }
 
 /// Planned work of one lane, in the order the executor will run it.
@@ -80,13 +92,13 @@ impl Lane {
 
     /// Appends an action sent at `sent` and planned to start at `start` (used if the lane
     /// was idle).
-    pub fn push(&mut self, id: ActionId, expected: Nanos, start: Nanos, sent: Nanos) {
+    pub fn push(&mut self, id: ActionId, expected: Expected, start: Nanos, sent: Nanos) {
         if self.pending.is_empty() {
             self.head_start = start;
-            self.head = expected;
+            self.head = expected.estimate;
         }
         self.pending.push_back(Pending { id, expected, sent });
-        self.planned += expected;
+        self.planned += expected.estimate;
     }
 
     /// Forgets a reported action; the next one is assumed to start at `end`. Answers
@@ -94,16 +106,17 @@ impl Lane {
     pub fn complete(&mut self, id: ActionId, end: Nanos) -> Option<Planned> {
         let at = self.pending.iter().position(|p| p.id == id)?;
         let done = self.pending.remove(at)?;
-        self.planned -= done.expected;
+        self.planned -= done.expected.estimate;
         if at == 0 {
             self.head_start = end;
-            self.head = self.pending.front().map_or(0, |p| p.expected);
+            self.head = self.pending.front().map_or(0, |p| p.expected.estimate);
         }
         let could_start = done.sent.max(self.last_end);
         self.last_end = self.last_end.max(end);
         Some(Planned {
             could_start,
-            expected: done.expected,
+            expected: done.expected.estimate,
+            mean: done.expected.mean,
         })
     }
 }
@@ -227,7 +240,7 @@ impl DeviceMirror {
         let lane = if exec { &mut self.exec } else { &mut self.load };
         let planned = lane.complete(id, end);
         if let (true, true, Some(p), Some(m)) = (learn, exec, planned, measured) {
-            self.margins.learn((p.could_start, p.expected), m, now);
+            self.margins.learn(p, m, now);
             self.learned_lag = self.margins.learned_lag();
             self.taught_at = now;
         }
@@ -294,8 +307,8 @@ mod tests {
     #[test]
     fn planned_work_pushes_free_time() {
         let mut lane = Lane::default();
-        lane.push(ActionId(1), 50, 101, 100);
-        lane.push(ActionId(2), 30, 151, 100);
+        lane.push(ActionId(1), Expected::exact(50), 101, 100);
+        lane.push(ActionId(2), Expected::exact(30), 151, 100);
         assert_eq!(lane.free_at(100, T), 181);
         let planned = lane.complete(ActionId(1), 140);
         let (could_start, expected) = (100, 50);
@@ -303,7 +316,8 @@ mod tests {
             planned,
             Some(Planned {
                 could_start,
-                expected
+                expected,
+                mean: expected
             })
         );
         assert_eq!(
@@ -316,16 +330,16 @@ mod tests {
     #[test]
     fn overdue_work_is_assumed_started_lag_ago() {
         let mut lane = Lane::default();
-        lane.push(ActionId(1), 50, 0, 0);
+        lane.push(ActionId(1), Expected::exact(50), 0, 0);
         assert_eq!(lane.free_at(200, T), 240);
     }
 
     #[test]
     fn an_action_could_start_once_sent_and_its_lane_free() {
         let mut lane = Lane::default();
-        lane.push(ActionId(1), 50, 0, 0);
-        lane.push(ActionId(2), 50, 50, 10);
-        lane.push(ActionId(3), 50, 100, 200);
+        lane.push(ActionId(1), Expected::exact(50), 0, 0);
+        lane.push(ActionId(2), Expected::exact(50), 50, 10);
+        lane.push(ActionId(3), Expected::exact(50), 100, 200);
         let could = |p: Option<Planned>| p.map(|p| p.could_start);
         assert_eq!(could(lane.complete(ActionId(1), 60)), Some(0));
         assert_eq!(could(lane.complete(ActionId(2), 120)), Some(60), "behind 1");
@@ -347,7 +361,7 @@ mod tests {
         );
         for i in 0..100 {
             let id = ActionId(i);
-            device.exec.push(id, 5, 1000 * i, 1000 * i);
+            device.exec.push(id, Expected::exact(5), 1000 * i, 1000 * i);
             let measured = Measured {
                 begin: 1000 * i,
                 end: 1000 * i + 5,

@@ -17,6 +17,7 @@
 
 use std::collections::VecDeque;
 
+pub use super::drift::Drift;
 use crate::protocol::Measured;
 use crate::time::Nanos;
 
@@ -210,6 +211,18 @@ impl Spread {
     }
 }
 
+/// What a reported action had been planned with, for learning its device's margins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Planned {
+    /// When it could have started at the soonest: sent, and the lane's previous action
+    /// reported done.
+    pub could_start: Nanos,
+    /// The duration it was planned with (its estimate).
+    pub expected: Nanos,
+    /// The mean of its estimate's window when it was planned.
+    pub mean: Nanos,
+}
+
 /// Percentile of the lag that planning expects. Not the largest: a late start is caught
 /// by the action's `latest` (the executor refuses it and the policy plans again), while a
 /// lag expected too long delays every plan on the device, and one spike of a busy host
@@ -224,6 +237,8 @@ pub struct Margins {
     /// Measured run time over the estimate it was planned with (0 when within it), plus
     /// the time its report took to come back.
     overrun: Spread,
+    /// How far stretches of runs fall behind their means.
+    drift: Drift,
 }
 
 impl Margins {
@@ -231,16 +246,19 @@ impl Margins {
         Self {
             lag: Spread::new(window, LAG_PERCENTILE.min(percentile)),
             overrun: Spread::new(window, percentile),
+            drift: Drift::new(window),
         }
     }
 
-    /// Learns from one run reported at `now`: `could_start` is when it was sent or its
-    /// lane came free, whichever was later; `expected` the duration it was planned with.
-    pub fn learn(&mut self, (could_start, expected): (Nanos, Nanos), run: &Measured, now: Nanos) {
-        self.lag.observe(run.begin.saturating_sub(could_start));
+    /// Learns from one run reported at `now`, planned as `planned`.
+    pub fn learn(&mut self, planned: Planned, run: &Measured, now: Nanos) {
+        self.lag
+            .observe(run.begin.saturating_sub(planned.could_start));
         let took = run.end.saturating_sub(run.begin);
         let trip = now.saturating_sub(run.end);
-        self.overrun.observe(took.saturating_sub(expected) + trip);
+        self.overrun
+            .observe(took.saturating_sub(planned.expected) + trip);
+        self.drift.observe(took, planned.mean);
     }
 
     /// Whether the overrun margin is learned (the lag warms with it: both learn from the
@@ -263,11 +281,26 @@ impl Margins {
     pub fn overrun(&self, seed: Nanos) -> Nanos {
         self.overrun.get(seed)
     }
+
+    /// Margin to keep before a deadline for a queue of runs expected to take `queued`,
+    /// against their falling behind their means.
+    pub fn drift(&self, queued: Nanos) -> Nanos {
+        self.drift.margin(queued)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Planned with `expected` as both its estimate and its mean.
+    fn planned(could_start: Nanos, expected: Nanos) -> Planned {
+        Planned {
+            could_start,
+            expected,
+            mean: expected,
+        }
+    }
 
     #[test]
     fn margins_answer_the_seed_until_warm() {
@@ -278,10 +311,14 @@ mod tests {
             duration: end - begin,
         };
         for i in 0..WARM_UP as u64 - 1 {
-            m.learn((i * 100, 10), &run(i * 100, i * 100 + 10), i * 100 + 10);
+            m.learn(
+                planned(i * 100, 10),
+                &run(i * 100, i * 100 + 10),
+                i * 100 + 10,
+            );
         }
         assert_eq!((m.lag(7), m.overrun(9)), (7, 9), "one sample short of warm");
-        m.learn((0, 10), &run(0, 10), 10);
+        m.learn(planned(0, 10), &run(0, 10), 10);
         assert_eq!((m.lag(7), m.overrun(9)), (0, 0), "exact: no margin at all");
     }
 
@@ -299,7 +336,7 @@ mod tests {
             let over = if i % 10 == 0 { 2 } else { 0 };
             let trip = u64::from(i % 7 == 0);
             let (begin, end) = (1000 * i + 3, 1000 * i + 3 + 50 + over);
-            m.learn((1000 * i, 50), &run(begin, end), end + trip);
+            m.learn(planned(1000 * i, 50), &run(begin, end), end + trip);
         }
         assert_eq!(
             (m.lag(0), m.overrun(0)),
@@ -308,7 +345,7 @@ mod tests {
         );
         for i in 100..200 {
             let (begin, end) = (1000 * i, 1000 * i + 40);
-            m.learn((1000 * i, 50), &run(begin, end), end);
+            m.learn(planned(1000 * i, 50), &run(begin, end), end);
         }
         assert_eq!(
             (m.lag(0), m.overrun(0)),

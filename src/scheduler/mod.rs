@@ -10,6 +10,7 @@
 
 mod clockwork;
 mod device;
+mod drift;
 mod estimate;
 pub mod ids;
 mod queue;

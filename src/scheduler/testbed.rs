@@ -135,6 +135,9 @@ pub struct Testbed<P> {
     factor: f64,
     /// Relative spread of each action's duration around that (a noisy device).
     spread: f64,
+    /// Slow spells: (period, length, factor): an action that begins within the first
+    /// `length` of a `period` takes `factor` times longer (a host busy with other work).
+    spells: Option<(Nanos, Nanos, f64)>,
     max_batch: usize,
     events: BinaryHeap<Reverse<(Nanos, u64, Event)>>,
     seq: u64,
@@ -176,6 +179,7 @@ impl<P: Policy> Testbed<P> {
             truth: models,
             factor: 1.0,
             spread: 0.0,
+            spells: None,
             max_batch,
             events: BinaryHeap::new(),
             seq: 0,
@@ -197,6 +201,14 @@ impl<P: Policy> Testbed<P> {
     /// but the same for the same action id: a noisy device, still reproducible.
     pub fn with_spread(mut self, spread: f64) -> Self {
         self.spread = spread;
+        self
+    }
+
+    /// Makes every action that begins within the first `length` of each `period` take
+    /// `factor` times longer: slow spells that last several runs, which a window of the
+    /// last runs does not foresee.
+    pub fn with_slow_spells(mut self, period: Nanos, length: Nanos, factor: f64) -> Self {
+        self.spells = Some((period.max(1), length, factor));
         self
     }
 
@@ -438,7 +450,11 @@ impl<P: Policy> Testbed<P> {
     fn begin(&mut self, device: usize, lane: Lane, action: Action) {
         let model = action.model.0 as usize;
         let (pages, profile) = &self.truth[model];
-        let factor = self.factor * (1.0 + self.spread * unit_noise(action.id.0));
+        let spell = match self.spells {
+            Some((period, length, slower)) if self.now % period < length => slower,
+            _ => 1.0,
+        };
+        let factor = self.factor * spell * (1.0 + self.spread * unit_noise(action.id.0));
         let scaled = |t: Nanos| (t as f64 * factor).round() as Nanos;
         let duration = match &action.kind {
             ActionKind::Load => {

@@ -14,7 +14,7 @@
 //! elsewhere while there is still time.
 
 use super::{ClockworkPolicy, ModelState, DEVICE};
-use crate::model::ModelId;
+use crate::model::{DeviceId, ModelId};
 use crate::scheduler::cover;
 use crate::scheduler::estimate::Estimator;
 use crate::scheduler::queue::Queued;
@@ -93,9 +93,10 @@ impl ClockworkPolicy {
 
     /// Whether a request of `model` with (internal deadline, items, whether other models'
     /// work counts), queued now behind the requests due before it, could finish by
-    /// `latest` on the replicas that hold the model, with the estimates the plan uses.
-    /// Before answering no on estimates a slow spell left behind, they go back to their
-    /// seeds (see `refresh_estimates`).
+    /// `latest` on the replicas that hold the model, with the estimates the plan uses and,
+    /// if it would wait behind other work, the replicas' drift kept as a margin
+    /// ([`Projection::margin`]). Before answering no on estimates a slow spell left
+    /// behind, they go back to their seeds (see `refresh_estimates`).
     fn can_drain_in_time(
         &mut self,
         model: ModelId,
@@ -103,15 +104,12 @@ impl ClockworkPolicy {
         ahead: (Nanos, u32, bool),
         latest: Nanos,
     ) -> bool {
-        match self.projected_finish(model, now, ahead, latest) {
-            Some(finish) if finish > latest => {
-                self.refresh_estimates(model, now)
-                    && self
-                        .projected_finish(model, now, ahead, latest)
-                        .is_none_or(|f| f <= latest)
-            }
-            _ => true,
-        }
+        let fits = |projection: Option<Projection>| {
+            projection.is_none_or(|p| p.finish.saturating_add(p.margin) <= latest)
+        };
+        fits(self.projected_finish(model, now, ahead, latest))
+            || (self.refresh_estimates(model, now)
+                && fits(self.projected_finish(model, now, ahead, latest)))
     }
 
     /// When a request with internal `deadline` arriving at `now` would finish if the
@@ -133,12 +131,15 @@ impl ClockworkPolicy {
         now: Nanos,
         (deadline, items, shared): (Nanos, u32, bool),
         bound: Nanos,
-    ) -> Option<Nanos> {
+    ) -> Option<Projection> {
         let m = &self.models[model.0 as usize];
         let lanes = self.params.lanes;
         let mut free = [(0, 0); MAX_PROJECTED];
         let mut replicas = 0;
         let mut base = Nanos::MAX;
+        // A replica that could start it as soon as anything can: then only the queue
+        // ahead of it would keep it waiting.
+        let mut idle = false;
         // Replicas being loaded count from when their load lane is done (an upper bound
         // on when the weights are ready); scanning the devices for them is needed only
         // while a load is in flight.
@@ -155,14 +156,16 @@ impl ClockworkPolicy {
             if replicas == MAX_PROJECTED {
                 return None;
             }
-            let mut at = device.exec.free_at(now, device.timing(lanes));
+            let timing = device.timing(lanes);
+            let mut at = device.exec.free_at(now, timing);
             if !device.is_ready(model) {
-                at = at.max(device.load.free_at(now, device.timing(lanes)));
+                at = at.max(device.load.free_at(now, timing));
             }
             base = base.min(at);
             if shared {
                 at = at.saturating_add(self.others_ahead(device, model, deadline, at));
             }
+            idle |= at <= now.saturating_add(timing.expected_lag);
             free[replicas] = (at, device.kind);
             replicas += 1;
         }
@@ -184,8 +187,38 @@ impl ClockworkPolicy {
             max_exec: self.params.max_exec_time,
             at_mean: self.params.queue_at_mean,
         };
-        drain(m, free, (remaining, pad), rules)
+        let behind = !idle || remaining > items as usize;
+        let finish = drain(m, free, (remaining, pad), rules)?;
+        let margin = if behind && self.params.drift_margin {
+            self.drift_margin(model, finish.saturating_sub(now))
+        } else {
+            0
+        };
+        Some(Projection { finish, margin })
     }
+}
+
+impl ClockworkPolicy {
+    /// The widest drift margin of the model's replicas (`drift::Drift`) for a request
+    /// projected to finish `queued` from now.
+    fn drift_margin(&self, model: ModelId, queued: Nanos) -> Nanos {
+        let m = &self.models[model.0 as usize];
+        let drift = |d: &DeviceId| self.devices[d.0 as usize].margins().drift(queued);
+        m.ready_on.iter().map(drift).max().unwrap_or(0)
+    }
+}
+
+/// What admission projects for an arrival (`ClockworkPolicy::projected_finish`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Projection {
+    /// When it would finish.
+    pub(super) finish: Nanos,
+    /// What it keeps before its objective besides: if it would wait behind other work (no
+    /// replica idle, or requests queued ahead), the widest drift of the replicas for the
+    /// time until it finishes (`drift::Drift`: the share by which a stretch of their
+    /// runs fell behind the means the projection counts them at); else, or with
+    /// `drift_margin` off, nothing.
+    pub(super) margin: Nanos,
 }
 
 /// How a projection runs its batches.

@@ -8,6 +8,7 @@ use std::cmp::Reverse;
 
 use super::{ClockworkPolicy, Work};
 use crate::model::{DeviceId, ModelId};
+use crate::scheduler::device::Expected;
 use crate::scheduler::{cover, ActionKind, Plan, Refusal, Verdict};
 use crate::time::Nanos;
 
@@ -231,6 +232,10 @@ impl ClockworkPolicy {
             (now, latest, expected),
             ActionKind::Infer { requests: ids },
         );
+        let expected = Expected {
+            estimate: expected,
+            mean: self.exec_mean(model, kind, b),
+        };
         let d = &mut self.devices[device.0 as usize];
         d.exec.push(action.id, expected, start, now);
         if let Some(r) = d.residents.get_mut(&model) {

@@ -4,6 +4,7 @@
 use super::placement::{RankKey, Want};
 use super::{ClockworkPolicy, InFlight, Work, DEVICE, UNLOAD_ESTIMATE};
 use crate::model::{DeviceId, ModelId};
+use crate::scheduler::device::Expected;
 use crate::scheduler::{ActionError, ActionKind, Measured, Plan};
 use crate::time::Nanos;
 
@@ -209,9 +210,12 @@ impl ClockworkPolicy {
             (now, Nanos::MAX, UNLOAD_ESTIMATE),
             ActionKind::Unload,
         );
-        self.devices[device.0 as usize]
-            .load
-            .push(action.id, UNLOAD_ESTIMATE, start, now);
+        self.devices[device.0 as usize].load.push(
+            action.id,
+            Expected::exact(UNLOAD_ESTIMATE),
+            start,
+            now,
+        );
         self.send(plan, action, Work::Unload);
     }
 
@@ -235,7 +239,8 @@ impl ClockworkPolicy {
         let action = self.action(device, model, (now, latest, expected), ActionKind::Load);
         let d = &mut self.devices[device.0 as usize];
         d.reserve(model, pages, now);
-        d.load.push(action.id, expected, start, now);
+        d.load
+            .push(action.id, Expected::exact(expected), start, now);
         self.send(plan, action, Work::Load);
     }
 

@@ -78,6 +78,9 @@ struct Params {
     margin_percentile: f64,
     /// Project the queue ahead of an arrival at the estimates' means (`admit.rs`).
     queue_at_mean: bool,
+    /// Keep the replicas' drift before the objective of an arrival behind other work
+    /// (`admit.rs`, `drift::Drift`).
+    drift_margin: bool,
 }
 
 impl From<&PolicyConfig> for Params {
@@ -102,6 +105,7 @@ impl From<&PolicyConfig> for Params {
             margin_window: c.margin_window,
             margin_percentile: c.margin_percentile,
             queue_at_mean: c.queue_at_mean,
+            drift_margin: c.drift_margin,
         }
     }
 }

@@ -18,7 +18,10 @@ impl ClockworkPolicy {
         let single = self.best_single(model);
         // Bounded: a projection past any objective says all the edge needs to know.
         let horizon = now.saturating_add(HORIZON);
-        let finish = self.projected_finish(model, now, (horizon, 1, false), horizon);
+        let projection = self.projected_finish(model, now, (horizon, 1, false), horizon);
+        // With the margin the policy would keep, so that the edge does not decode what
+        // the policy then refuses.
+        let finish = projection.map(|p| p.finish.saturating_add(p.margin));
         // Requests that could no longer finish even alone are about to time out: their
         // items are not ahead of a new one.
         let hopeless = m.queue.items_before(now.saturating_add(single));
