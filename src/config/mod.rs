@@ -324,7 +324,7 @@ pub struct PolicyConfig {
     /// work, a share of the time until it would finish: the drift of the devices that
     /// hold its model, the 99th percentile over their last `margin_window` stretches of 8
     /// consecutive runs of how much longer than their means a stretch took, as a share of
-    /// those means (`scheduler::drift::Drift`). Nothing on devices with exact timing
+    /// those means (`scheduler::estimate::Drift`). Nothing on devices with exact timing
     /// (the simulator's); on a device whose runs drift in slow spells (a cpu core),
     /// without it the requests admitted last under overload wait most of their objective
     /// and are then refused as timed out. Off by default: on a noisy 2-core host it

@@ -17,9 +17,11 @@
 
 use std::collections::VecDeque;
 
-pub use super::drift::Drift;
+mod drift;
+
 use crate::protocol::Measured;
 use crate::time::Nanos;
+pub use drift::Drift;
 
 /// Sliding-window percentile of measured durations.
 #[derive(Clone, Debug)]

@@ -10,7 +10,6 @@
 
 mod clockwork;
 mod device;
-mod drift;
 mod estimate;
 pub mod ids;
 mod queue;

@@ -196,10 +196,8 @@ impl ClockworkPolicy {
         };
         Some(Projection { finish, margin })
     }
-}
 
-impl ClockworkPolicy {
-    /// The widest drift margin of the model's replicas (`drift::Drift`) for a request
+    /// The widest drift margin of the model's replicas (`estimate::Drift`) for a request
     /// projected to finish `queued` from now.
     fn drift_margin(&self, model: ModelId, queued: Nanos) -> Nanos {
         let m = &self.models[model.0 as usize];
@@ -215,7 +213,7 @@ pub(super) struct Projection {
     pub(super) finish: Nanos,
     /// What it keeps before its objective besides: if it would wait behind other work (no
     /// replica idle, or requests queued ahead), the widest drift of the replicas for the
-    /// time until it finishes (`drift::Drift`: the share by which a stretch of their
+    /// time until it finishes (`estimate::Drift`: the share by which a stretch of their
     /// runs fell behind the means the projection counts them at); else, or with
     /// `drift_margin` off, nothing.
     pub(super) margin: Nanos,

@@ -79,7 +79,7 @@ struct Params {
     /// Project the queue ahead of an arrival at the estimates' means (`admit.rs`).
     queue_at_mean: bool,
     /// Keep the replicas' drift before the objective of an arrival behind other work
-    /// (`admit.rs`, `drift::Drift`).
+    /// (`admit.rs`, `estimate::Drift`).
     drift_margin: bool,
 }
 

@@ -1,11 +1,11 @@
 //! A device's drift: how far stretches of its runs fall behind the means they were
 //! planned at. Admission may keep it as a margin (`PolicyConfig::drift_margin`,
-//! `scheduler/clockwork/admit.rs`); [`super::estimate::Margins`] learns it beside the lag
-//! and the overrun.
+//! `scheduler/clockwork/admit.rs`); [`super::Margins`] learns it beside the lag
+//! and the overrun (a child of `estimate`, whose `Spread` it keeps its percentile in).
 
 use std::collections::VecDeque;
 
-use super::estimate::Spread;
+use super::Spread;
 use crate::time::Nanos;
 
 /// Consecutive runs a device's drift is summed over: about the batches a request waits
