@@ -9,7 +9,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-pub use super::estimate::Planned;
+pub use super::estimate::{Expected, Planned};
 
 use super::estimate::Margins;
 use super::ids::IdMap;
@@ -26,26 +26,6 @@ pub struct LaneTiming {
     pub expected_lag: Nanos,
     /// Work overdue by more than this is assumed to have started this long ago.
     pub lag_allowance: Nanos,
-}
-
-/// What an action is expected to take.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Expected {
-    /// The duration it is planned with (a high percentile of its recent runs).
-    pub estimate: Nanos,
-    /// What its runs take on average: admission projects queues at it, so the device's
-    /// drift is measured against it.
-    pub mean: Nanos,
-}
-
-impl Expected {
-    /// An action whose estimate is all there is to expect (loads, unloads).
-    pub fn exact(duration: Nanos) -> Self {
-        Self {
-            estimate: duration,
-            mean: duration,
-        }
-    }
 }
 
 /// An action sent on a lane and not yet reported.
@@ -115,8 +95,7 @@ impl Lane {
         self.last_end = self.last_end.max(end);
         Some(Planned {
             could_start,
-            expected: done.expected.estimate,
-            mean: done.expected.mean,
+            expected: done.expected,
         })
     }
 }
@@ -316,8 +295,7 @@ mod tests {
             planned,
             Some(Planned {
                 could_start,
-                expected,
-                mean: expected
+                expected: Expected::exact(expected),
             })
         );
         assert_eq!(

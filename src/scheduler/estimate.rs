@@ -14,6 +14,8 @@
 //! answers are known (the run's overrun of the estimate it was planned with, plus the trip
 //! of its report back). The policy plans with these instead of fixed constants, so that a
 //! device with exact timing is planned up to its limit while a noisy one keeps a margin.
+//! It also learns the device's [`Drift`], how far stretches of runs fall behind their
+//! means, which admission may keep as a margin (`PolicyConfig::drift_margin`).
 
 use std::collections::VecDeque;
 
@@ -213,16 +215,34 @@ impl Spread {
     }
 }
 
+/// What an action is expected to take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Expected {
+    /// The duration it is planned with (a high percentile of its recent runs).
+    pub estimate: Nanos,
+    /// What its runs take on average: admission projects queues at it, so the device's
+    /// drift is measured against it.
+    pub mean: Nanos,
+}
+
+impl Expected {
+    /// An action whose estimate is all there is to expect (loads, unloads).
+    pub fn exact(duration: Nanos) -> Self {
+        Self {
+            estimate: duration,
+            mean: duration,
+        }
+    }
+}
+
 /// What a reported action had been planned with, for learning its device's margins.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Planned {
     /// When it could have started at the soonest: sent, and the lane's previous action
     /// reported done.
     pub could_start: Nanos,
-    /// The duration it was planned with (its estimate).
-    pub expected: Nanos,
-    /// The mean of its estimate's window when it was planned.
-    pub mean: Nanos,
+    /// What it was expected to take when it was planned.
+    pub expected: Expected,
 }
 
 /// Percentile of the lag that planning expects. Not the largest: a late start is caught
@@ -259,8 +279,8 @@ impl Margins {
         let took = run.end.saturating_sub(run.begin);
         let trip = now.saturating_sub(run.end);
         self.overrun
-            .observe(took.saturating_sub(planned.expected) + trip);
-        self.drift.observe(took, planned.mean);
+            .observe(took.saturating_sub(planned.expected.estimate) + trip);
+        self.drift.observe(took, planned.expected.mean);
     }
 
     /// Whether the overrun margin is learned (the lag warms with it: both learn from the
@@ -299,8 +319,7 @@ mod tests {
     fn planned(could_start: Nanos, expected: Nanos) -> Planned {
         Planned {
             could_start,
-            expected,
-            mean: expected,
+            expected: Expected::exact(expected),
         }
     }
 
