@@ -7,26 +7,14 @@
 //! estimates.)
 
 use clockwork::config::PolicyConfig;
-use clockwork::model::{BatchLatency, DeviceId, ModelId, ModelProfile, RequestId};
+use clockwork::model::{DeviceId, ModelId, ModelProfile, RequestId};
 use clockwork::scheduler::testbed::{Report, Testbed};
 use clockwork::scheduler::{ClockworkPolicy, DeviceInfo, ModelInfo, Policy, Request};
 use clockwork::time::{Nanos, MS, US};
 use proptest::prelude::*;
 
-/// One model's profile: batch 1 takes `base`, larger batches grow sublinearly.
-fn profile(base: Nanos) -> ModelProfile {
-    ModelProfile {
-        weight_bytes: 1 << 24,
-        load_latency: 5 * MS,
-        batches: [1u32, 2, 4, 8]
-            .iter()
-            .map(|&batch| BatchLatency {
-                batch,
-                latency: base * (2 + u64::from(batch)) / 3,
-            })
-            .collect(),
-    }
-}
+mod policy_support;
+use policy_support::{profile, uniform};
 
 /// A workload: `models` models of batch-1 time `base` on `devices` devices of 8 pages,
 /// `n` requests with exponential gaps of mean `gap`, all with objective `slo`.
@@ -43,14 +31,7 @@ struct Load {
 
 impl Load {
     fn requests(&self) -> Vec<Request> {
-        let mut state = self.seed | 1;
-        let mut next = move || {
-            // xorshift64*: reproducible draws without a dependency.
-            state ^= state >> 12;
-            state ^= state << 25;
-            state ^= state >> 27;
-            (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut next = uniform(self.seed);
         let mut arrival = 0;
         (0..self.n)
             .map(|i| {

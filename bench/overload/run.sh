@@ -5,8 +5,10 @@
 #
 #   bench/overload/run.sh [--bin PATH] [--duration S] [--factor X] [--rate R]
 #                         [--max-in-flight N] [--perf DIR] [--client-cores front|any|LIST]
-#                         [--config FILE]
+#                         [--config FILE] [--keep DIR]
 #
+# --keep DIR: copies the burst's load-generator report (report.json, report.md: each
+# model's answers and latencies) and the server's log into DIR.
 # --config FILE: the server's configuration instead of config.toml (its `listen` is
 # replaced by a free port), to compare settings with one build.
 # The load generator runs on the server's front-end cores (`front`, the default, read from
@@ -45,6 +47,7 @@ fixed_rate=""
 in_flight=1024
 client_cores=front
 config=config.toml
+keep=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bin=$2; shift 2 ;;
@@ -55,6 +58,7 @@ while [ $# -gt 0 ]; do
         --perf) perf_dir=$(realpath -m "$2"); mkdir -p "$perf_dir"; shift 2 ;;
         --client-cores) client_cores=$2; shift 2 ;;
         --config) config=$2; shift 2 ;;
+        --keep) keep=$(realpath -m "$2"); shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -69,6 +73,11 @@ server_pid=
 sampler_pid=
 cleanup() {
     for pid in $sampler_pid $server_pid; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+    if [ -n "$keep" ]; then
+        mkdir -p "$keep"
+        cp -r "$work/burst" "$keep/" 2>/dev/null || true
+        cp "$work/log" "$keep/server.log" 2>/dev/null || true
+    fi
     rm -rf "$work"
 }
 trap cleanup EXIT

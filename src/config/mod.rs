@@ -338,6 +338,17 @@ pub struct PolicyConfig {
     /// arrives rather than when it times out. Off by default: counted that way the
     /// simulator's load sweep lost goodput past capacity.
     pub shared_arrival: bool,
+    /// Admission also keeps the promise made to the requests already queued: a request
+    /// that would be queued ahead of some (an earlier deadline: a tighter objective, or
+    /// a model's direct request beside a pipeline's sub-requests) is refused when it
+    /// arrives if the projection shows it would push one of them past its latest finish
+    /// (`scheduler/clockwork/behind.rs`). Without it, under overload the requests
+    /// admitted with looser objectives wait most of them and are then refused as timed
+    /// out. A model whose requests all share one objective never has any behind a new
+    /// one: nothing changes for it. With objectives within a few runs of a batch it may
+    /// serve a few percent fewer (docs/EXPERIMENTS.md, "Admitted requests keep their
+    /// place").
+    pub protect_admitted: bool,
     /// Horizon over which a queued request's demand for a device is counted when deciding
     /// which model to load: a request needs its batch-1 time within this much device time.
     #[serde(with = "humantime_serde")]
@@ -371,6 +382,7 @@ impl Default for PolicyConfig {
             queue_at_mean: true,
             drift_margin: false,
             shared_arrival: false,
+            protect_admitted: true,
             load_budget: ms(25),
             max_batch: 16,
             max_exec_time: ms(250),

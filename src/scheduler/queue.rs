@@ -92,6 +92,11 @@ impl ModelQueue {
         Some(item)
     }
 
+    /// The requests from position `from` on, in deadline order.
+    pub fn iter_from(&self, from: usize) -> impl Iterator<Item = &Queued> + '_ {
+        self.queue.range(from.min(self.queue.len())..)
+    }
+
     /// Number of requests whose deadline is before `time` (they are at the front).
     pub fn count_before(&self, time: Nanos) -> usize {
         self.queue.partition_point(|q| q.deadline < time)

@@ -79,6 +79,20 @@ impl ClockworkPolicy {
             refuse(plan, request, Refusal::DeadlineUnreachable);
             return;
         }
+        // Nor may it push out those admitted before it (`behind.rs`).
+        let new = Newcomer {
+            deadline,
+            items,
+            shared,
+            alone: single,
+        };
+        if self.params.early_drop
+            && self.params.protect_admitted
+            && !self.keeps_those_behind(request.model, now, new)
+        {
+            refuse(plan, request, Refusal::DeadlineUnreachable);
+            return;
+        }
         let item = Queued {
             id: request.id,
             deadline,
@@ -133,43 +147,9 @@ impl ClockworkPolicy {
         bound: Nanos,
     ) -> Option<Projection> {
         let m = &self.models[model.0 as usize];
-        let lanes = self.params.lanes;
-        let mut free = [(0, 0); MAX_PROJECTED];
-        let mut replicas = 0;
-        let mut base = Nanos::MAX;
-        // A replica that could start it as soon as anything can: then only the queue
-        // ahead of it would keep it waiting.
-        let mut idle = false;
-        // Replicas being loaded count from when their load lane is done (an upper bound
-        // on when the weights are ready); scanning the devices for them is needed only
-        // while a load is in flight.
-        let loading = (m.loading > 0).then(|| {
-            self.devices
-                .iter()
-                .filter(|d| d.residents.get(&model).is_some_and(|r| !r.ready))
-        });
-        let ready = m.ready_on.iter().map(|d| &self.devices[d.0 as usize]);
-        for device in ready.chain(loading.into_iter().flatten()) {
-            if device.suspect {
-                continue;
-            }
-            if replicas == MAX_PROJECTED {
-                return None;
-            }
-            let timing = device.timing(lanes);
-            let mut at = device.exec.free_at(now, timing);
-            if !device.is_ready(model) {
-                at = at.max(device.load.free_at(now, timing));
-            }
-            base = base.min(at);
-            if shared {
-                at = at.saturating_add(self.others_ahead(device, model, deadline, at));
-            }
-            idle |= at <= now.saturating_add(timing.expected_lag);
-            free[replicas] = (at, device.kind);
-            replicas += 1;
-        }
-        let free = &mut free[..replicas];
+        let mut replicas = self.replicas_free(model, now, deadline, shared)?;
+        let (base, idle) = (replicas.base, replicas.idle);
+        let free = replicas.free();
         free.first()?;
         // The model's own requests that expire: those that could not finish even if
         // started when a replica's planned work ends (other models' work due before the
@@ -197,6 +177,57 @@ impl ClockworkPolicy {
         Some(Projection { finish, margin })
     }
 
+    /// When each replica of `model` (ready, or loading: from when its load lane is
+    /// done, an upper bound on when the weights are ready; suspect ones left out) could
+    /// start a request with internal `deadline` arriving at `now`: its exec lane's planned
+    /// work, and with `shared` the other models' queued work due before `deadline`
+    /// (`shared.rs`). `None`: more replicas than the projection follows.
+    pub(super) fn replicas_free(
+        &self,
+        model: ModelId,
+        now: Nanos,
+        deadline: Nanos,
+        shared: bool,
+    ) -> Option<Replicas> {
+        let m = &self.models[model.0 as usize];
+        let lanes = self.params.lanes;
+        let mut replicas = Replicas {
+            free: [(0, 0); MAX_PROJECTED],
+            len: 0,
+            base: Nanos::MAX,
+            idle: false,
+        };
+        // Scanning the devices for replicas being loaded is needed only while a load is
+        // in flight.
+        let loading = (m.loading > 0).then(|| {
+            self.devices
+                .iter()
+                .filter(|d| d.residents.get(&model).is_some_and(|r| !r.ready))
+        });
+        let ready = m.ready_on.iter().map(|d| &self.devices[d.0 as usize]);
+        for device in ready.chain(loading.into_iter().flatten()) {
+            if device.suspect {
+                continue;
+            }
+            if replicas.len == MAX_PROJECTED {
+                return None;
+            }
+            let timing = device.timing(lanes);
+            let mut at = device.exec.free_at(now, timing);
+            if !device.is_ready(model) {
+                at = at.max(device.load.free_at(now, timing));
+            }
+            replicas.base = replicas.base.min(at);
+            if shared {
+                at = at.saturating_add(self.others_ahead(device, model, deadline, at));
+            }
+            replicas.idle |= at <= now.saturating_add(timing.expected_lag);
+            replicas.free[replicas.len] = (at, device.kind);
+            replicas.len += 1;
+        }
+        Some(replicas)
+    }
+
     /// The widest drift margin of the model's replicas (`estimate::Drift`) for a request
     /// projected to finish `queued` from now.
     fn drift_margin(&self, model: ModelId, queued: Nanos) -> Nanos {
@@ -219,16 +250,50 @@ pub(super) struct Projection {
     pub(super) margin: Nanos,
 }
 
+/// A request about to be admitted, as [`ClockworkPolicy::keeps_those_behind`] sees it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Newcomer {
+    /// Its internal deadline: where it goes in the queue.
+    pub(super) deadline: Nanos,
+    /// Its items.
+    pub(super) items: u32,
+    /// Whether other models' queued work counts on shared devices (as for its own
+    /// projection).
+    pub(super) shared: bool,
+    /// Its run alone at the estimate: the most it can delay anyone behind it.
+    pub(super) alone: Nanos,
+}
+
+/// The replicas a projection runs on (`ClockworkPolicy::replicas_free`).
+pub(super) struct Replicas {
+    /// (When it could start, its device kind), for the first `len`.
+    free: [(Nanos, usize); MAX_PROJECTED],
+    len: usize,
+    /// The soonest any of them frees of its own planned work (other models' queued work
+    /// not counted).
+    pub(super) base: Nanos,
+    /// One could start a request as soon as anything can: only the queue ahead of it
+    /// would keep it waiting.
+    pub(super) idle: bool,
+}
+
+impl Replicas {
+    /// Each replica's (start, kind), to be advanced as batches are given to it.
+    pub(super) fn free(&mut self) -> &mut [(Nanos, usize)] {
+        &mut self.free[..self.len]
+    }
+}
+
 /// How a projection runs its batches.
 #[derive(Clone, Copy, Debug)]
-struct Rules {
+pub(super) struct Rules {
     /// Once the soonest free replica is past it, the projection stops there.
-    bound: Nanos,
+    pub(super) bound: Nanos,
     /// No batch estimated above this is formed (`max_exec_time`).
-    max_exec: Nanos,
+    pub(super) max_exec: Nanos,
     /// The batches ahead of the new request's own count at their windows' means, its own
     /// at the estimate (`queue_at_mean`); else every batch at the estimate.
-    at_mean: bool,
+    pub(super) at_mean: bool,
 }
 
 /// When replicas free at `free` (time, device kind) finish `remaining` items of `m`, each
@@ -342,124 +407,4 @@ fn refuse(plan: &mut Plan, request: Request, refusal: Refusal) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::PolicyConfig;
-    use crate::gpu::profiles;
-    use crate::scheduler::{ModelInfo, Policy};
-    use crate::time::MS;
-    use proptest::prelude::*;
-
-    /// A ResNet50's state, with its V100 execution estimates.
-    fn resnet() -> ClockworkPolicy {
-        let mut policy = ClockworkPolicy::new(&PolicyConfig::default());
-        policy.add_device(crate::scheduler::DeviceInfo {
-            kind: "v100".into(),
-            pages: 64,
-        });
-        let spec = profiles::model("resnet50", "r", 100 * MS).unwrap();
-        policy.add_model(ModelInfo {
-            pages: 7,
-            profile: spec.profile,
-            by_kind: Vec::new(),
-            devices: None,
-        });
-        policy
-    }
-
-    /// The projection as it was first written: the most efficient batch chosen afresh for
-    /// every batch.
-    fn drain_batch_by_batch(
-        m: &ModelState,
-        free: &mut [(Nanos, usize)],
-        (mut remaining, pad): (usize, bool),
-        rules: Rules,
-    ) -> Option<Nanos> {
-        loop {
-            let next = free.iter_mut().min_by_key(|f| f.0)?;
-            if next.0 > rules.bound {
-                return Some(next.0);
-            }
-            let batch = efficient_batch(m, next.1, (remaining, pad), rules.max_exec);
-            if remaining <= batch.served {
-                return Some(next.0 + batch.estimate);
-            }
-            next.0 += if rules.at_mean {
-                batch.mean
-            } else {
-                batch.estimate
-            };
-            remaining -= batch.served;
-        }
-    }
-
-    /// Feeds each of the model's execution estimates `runs` measurements spread around
-    /// its profile (by the factors in `spread`, in turn).
-    fn measure(policy: &mut ClockworkPolicy, spread: &[u64]) {
-        for estimates in &mut policy.models[0].exec {
-            for e in estimates.iter_mut() {
-                let base = e.get();
-                for f in spread {
-                    e.observe(base * f / 10);
-                }
-            }
-        }
-    }
-
-    proptest! {
-        /// Choosing each replica's full batch once projects the same finish as choosing
-        /// every batch afresh, for any replicas, queue, padding, bound and batch-time cap.
-        #[test]
-        fn the_full_batch_chosen_once_projects_the_same_finish(
-            starts in prop::collection::vec(0u64..50 * MS, 0..=MAX_PROJECTED),
-            remaining in 1usize..400,
-            pad: bool,
-            bound in 0u64..400 * MS,
-            max_exec in prop_oneof![Just(u64::MAX), 2 * MS..40 * MS],
-            at_mean: bool,
-            spread in prop::collection::vec(5u64..40, 0..12),
-        ) {
-            let mut policy = resnet();
-            measure(&mut policy, &spread);
-            let m = &policy.models[0];
-            let mut a: Vec<(Nanos, usize)> = starts.iter().map(|&s| (s, 0)).collect();
-            let mut b = a.clone();
-            let rules = Rules { bound, max_exec, at_mean };
-            prop_assert_eq!(
-                drain(m, &mut a, (remaining, pad), rules),
-                drain_batch_by_batch(m, &mut b, (remaining, pad), rules)
-            );
-        }
-
-        /// Counting the queue ahead at the means never projects a later finish than at the
-        /// estimates, and the same one when every run measured the same (an emulated
-        /// device's exact timing: the simulator's results do not move). Mutation that
-        /// breaks it: the last batch at its mean too (earlier than the plan's own check).
-        #[test]
-        fn the_queue_at_its_mean_projects_no_later_and_the_same_for_exact_runs(
-            starts in prop::collection::vec(0u64..50 * MS, 1..=MAX_PROJECTED),
-            remaining in 1usize..200,
-            spread in prop::collection::vec(5u64..40, 0..12),
-            exact: bool,
-        ) {
-            let mut policy = resnet();
-            let spread = if exact { vec![10; spread.len()] } else { spread };
-            measure(&mut policy, &spread);
-            let m = &policy.models[0];
-            let free: Vec<(Nanos, usize)> = starts.iter().map(|&s| (s, 0)).collect();
-            let rules = |at_mean| Rules { bound: Nanos::MAX, max_exec: u64::MAX, at_mean };
-            let mean = drain(m, &mut free.clone(), (remaining, false), rules(true));
-            let estimate = drain(m, &mut free.clone(), (remaining, false), rules(false));
-            prop_assert!(mean <= estimate, "{mean:?} > {estimate:?}");
-            if exact {
-                prop_assert_eq!(mean, estimate);
-            }
-            // The new request's own batch is at its estimate: never before the soonest
-            // replica's start plus the quickest batch's estimate.
-            let soonest = starts.iter().min().copied().unwrap_or(0);
-            let batch = efficient_batch(m, 0, (remaining.min(16), false), u64::MAX);
-            let quickest = m.exec[0].iter().map(|e| e.get()).min().unwrap_or(0);
-            prop_assert!(mean.unwrap_or(0) >= soonest + quickest.min(batch.estimate));
-        }
-    }
-}
+mod tests;

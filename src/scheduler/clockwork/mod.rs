@@ -16,6 +16,7 @@
 //! - Estimates are sliding-window percentiles of measured durations, per device kind.
 
 mod admit;
+mod behind;
 mod devices;
 mod infer;
 mod load;
@@ -81,6 +82,9 @@ struct Params {
     /// Keep the replicas' drift before the objective of an arrival behind other work
     /// (`admit.rs`, `estimate::Drift`).
     drift_margin: bool,
+    /// Refuse an arrival that would push a request queued behind it past its latest
+    /// finish (`behind.rs`).
+    protect_admitted: bool,
 }
 
 impl From<&PolicyConfig> for Params {
@@ -106,6 +110,7 @@ impl From<&PolicyConfig> for Params {
             margin_percentile: c.margin_percentile,
             queue_at_mean: c.queue_at_mean,
             drift_margin: c.drift_margin,
+            protect_admitted: c.protect_admitted,
         }
     }
 }
