@@ -89,6 +89,30 @@ fn traffic_roots_fan_out_as_declared_and_are_answered_once() {
     }
 }
 
+/// Past its capacity (8 devices, about 1.5 times the roots it serves at 1x, 5 s), the
+/// traffic pipeline refuses roots when they arrive, behind the roots already in flight
+/// (`pipeline::inflow`), instead of after their detector ran: most refusals within
+/// microseconds, hardly any sub-request timed out, and about twice the roots in time of a
+/// run that judged each root by the queues below as they are (0.36 of them). Mutation that
+/// breaks it: `inflow::beyond` always false.
+#[test]
+fn past_capacity_roots_are_refused_on_arrival_not_after_their_first_stage() {
+    let mut a = args(BuiltinPipeline::Traffic, 2000.0, "overload");
+    a.devices = 8;
+    a.params.duration = 5_000 * MS;
+    let report = run(&a);
+    let refused: u64 = report.refused.values().sum();
+    assert_eq!(
+        report.ok_in_slo + report.late + refused + report.failed,
+        report.offered
+    );
+    assert_eq!(report.late, 0, "{report:?}");
+    assert!(report.goodput > 0.6, "{report:?}");
+    let timed_out = report.refused.get("timed_out").copied().unwrap_or(0);
+    assert!(timed_out * 100 <= refused, "{report:?}");
+    assert!(report.refusal_ms.p50 < 1.0, "{report:?}");
+}
+
 /// Same seed and flags, same numbers, run by run as a user runs them: each its own
 /// process.
 #[test]

@@ -15,21 +15,22 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
-use super::admission::AdmissionTable;
 use super::messages::{Edge, GroupId, Root, SetReplicaFloor};
 use super::pipeline_stage::{StageActor, StageDone, StageParts, StageWork, WithdrawRoot};
 use super::Controller;
 use crate::events::{self, Event, EventBus};
-use crate::model::ModelId;
 use crate::outcome::Outcome;
 use crate::pipeline::budget::{Budget, Proportional};
+use crate::pipeline::inflow::{beyond, Inflow, Made};
 use crate::pipeline::run::{Answered, Failure, Missing, Run, Step};
 use crate::pipeline::Pipeline;
-use crate::scheduler::view::projected_wait;
 use crate::slopt::systems::{DropRule, Tuned};
 use crate::slopt::tuning::Tuning;
 use crate::tensor::{check_tensors, Tensor};
 use crate::time::{Clock, Nanos};
+
+mod backlog;
+pub use backlog::Backlog;
 
 /// Root request ids, unique across pipelines and runtimes: they are the controller's
 /// group ids, and nothing else reads them (the fan-out seed is the root's number within
@@ -83,6 +84,8 @@ struct InFlight {
     arrival: Nanos,
     due: Nanos,
     emulated: bool,
+    /// The stages it has made requests to (for `Inflow`).
+    made: Made,
 }
 
 /// One registered pipeline's actor.
@@ -105,45 +108,10 @@ pub struct PipelineActor {
     floors: Vec<u32>,
     /// Where the stages' queues are read for the earliest-stage drop; `None`: not judged.
     backlog: Option<Backlog>,
+    /// What the roots in flight will still bring to each stage (counted with a backlog).
+    inflow: Inflow,
     /// What the policy is told a sub-request's latest useful finish is.
     drop: DropRule,
-}
-
-/// Where the pipeline actor reads its stages' queues, for the earliest-stage drop (see
-/// `Run::with_costs`): the controller's admission table and each stage's model id.
-pub struct Backlog {
-    /// The policy's per-model views, as the controller publishes them after each step.
-    pub admission: Arc<AdmissionTable>,
-    /// Per stage, its model's id (`None`: unknown, judged by its batch-1 estimate).
-    pub models: Vec<Option<ModelId>>,
-}
-
-impl Backlog {
-    /// Reads the stages of `pipeline` (their models' ids, by name, from `id`).
-    pub fn new(
-        pipeline: &Pipeline,
-        admission: Arc<AdmissionTable>,
-        id: impl Fn(&str) -> Option<ModelId>,
-    ) -> Self {
-        Self {
-            admission,
-            models: pipeline.stages.iter().map(|s| id(&s.model)).collect(),
-        }
-    }
-}
-
-impl Backlog {
-    /// Per stage, how long a request made at `now` is projected to take
-    /// (`view::projected_wait`; 0, i.e. the batch-1 estimate, where nothing is known).
-    fn costs(&self, now: Nanos) -> Vec<Nanos> {
-        self.models
-            .iter()
-            .map(|m| {
-                let view = m.and_then(|m| self.admission.get(m));
-                projected_wait(view.as_ref(), now).unwrap_or(0)
-            })
-            .collect()
-    }
 }
 
 impl PipelineActor {
@@ -211,6 +179,7 @@ impl PipelineActor {
                     .start()
                 })
                 .collect();
+            let inflow = Inflow::new(&pipeline);
             PipelineActor {
                 pipeline,
                 name,
@@ -225,6 +194,7 @@ impl PipelineActor {
                 controller,
                 floors: Vec::new(),
                 backlog: None,
+                inflow,
                 drop: DropRule::Adaptive { earliest: true },
             }
         }
@@ -281,6 +251,15 @@ impl PipelineActor {
 
     /// Carries out one step of root `id`'s run.
     fn apply(&mut self, id: u64, step: Step) {
+        if let Some(flight) = self.runs.get_mut(&id) {
+            for &(stage, count) in &step.fan_outs {
+                self.inflow.fanned(stage, count);
+                self.inflow.made(&mut flight.made, stage);
+            }
+            for sub in &step.submit {
+                self.inflow.made(&mut flight.made, sub.stage);
+            }
+        }
         let Some(flight) = self.runs.get(&id) else {
             return;
         };
@@ -327,6 +306,7 @@ impl PipelineActor {
         }
         if let Some(answer) = step.answer {
             if let Some(flight) = self.runs.remove(&id) {
+                self.inflow.finished(flight.made);
                 self.answer(flight, answer);
             }
         }
@@ -410,9 +390,13 @@ impl Handler<RunPipeline> for PipelineActor {
             self.taken,
             deadline,
         );
-        let run = match &self.backlog {
-            Some(backlog) => run.with_costs(backlog.costs(now)),
-            None => run,
+        let (run, hopeless) = match &self.backlog {
+            Some(backlog) => {
+                let (waits, to_come) = backlog.costs(now, &self.inflow);
+                let hopeless = beyond(&self.pipeline, now, deadline, (&waits, &to_come));
+                (run.with_costs(waits), hopeless)
+            }
+            None => (run, false),
         };
         let flight = InFlight {
             run,
@@ -421,6 +405,22 @@ impl Handler<RunPipeline> for PipelineActor {
             arrival,
             due,
             emulated: false,
+            made: Made::default(),
+        };
+        if hopeless {
+            let failure = Failure {
+                outcome: Outcome::DeadlineUnreachable,
+                message: "the pipeline's stages cannot finish it within its objective \
+                          behind the roots already in flight"
+                    .into(),
+            };
+            self.answer(flight, Err(failure));
+            return;
+        }
+        // Counted after its own costs: its requests are not ahead of themselves.
+        let flight = InFlight {
+            made: self.inflow.started(),
+            ..flight
         };
         self.runs.insert(id, flight);
         let step = match self.runs.get_mut(&id) {

@@ -9,6 +9,7 @@
 //!   the planning of the next issue replaces);
 //! - [`run`]: one root request's state machine (fan-out, join, withdraw, one answer);
 //! - [`draw`]: the seeded fan-out counts of emulated answers;
+//! - [`inflow`]: the requests the roots in flight will still make to each stage;
 //! - `rows`: cutting, scoring and stacking tensor rows for [`run`].
 //!
 //! The pipeline-stage actors (`crate::actors::pipeline`) drive [`run`] and talk to the
@@ -17,6 +18,7 @@
 pub mod budget;
 pub mod decl;
 pub mod draw;
+pub mod inflow;
 mod rows;
 pub mod run;
 pub mod validate;

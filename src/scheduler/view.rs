@@ -33,6 +33,9 @@ pub struct ModelView {
     /// When one more request of one item, queued at `at` behind every waiting one, would
     /// finish as the policy projects it.
     pub finish: Nanos,
+    /// Device time per item when its queue is long: the mean of the most efficient batch a
+    /// full queue fills, over the items it serves (what more requests to come will cost).
+    pub per_item: Nanos,
     /// When the view was taken (the controller's clock).
     pub at: Nanos,
 }
@@ -103,6 +106,7 @@ mod tests {
             queued: 3,
             single: 2 * MS,
             finish,
+            per_item: MS,
             at: 0,
         }
     }

@@ -1,6 +1,7 @@
 //! The [`ModelView`] the Clockwork policy publishes for admission at the edge: read from
 //! its mirror of the devices, its queues and its estimates, changing nothing.
 
+use super::admit::efficient_batch;
 use super::ClockworkPolicy;
 use crate::model::ModelId;
 use crate::scheduler::view::ModelView;
@@ -25,6 +26,12 @@ impl ClockworkPolicy {
         // Requests that could no longer finish even alone are about to time out: their
         // items are not ahead of a new one.
         let hopeless = m.queue.items_before(now.saturating_add(single));
+        let kind = m
+            .ready_on
+            .first()
+            .map_or(0, |d| self.devices[d.0 as usize].kind);
+        let largest = m.batches.last().map_or(1, |&b| b as usize);
+        let full = efficient_batch(m, kind, (largest, false), self.params.max_exec_time);
         Some(ModelView {
             replicas: if finish.is_some() {
                 m.ready_on.len().max(1) as u32
@@ -34,6 +41,7 @@ impl ClockworkPolicy {
             queued: (m.queue.items() - hopeless).try_into().unwrap_or(u32::MAX),
             single,
             finish: finish.unwrap_or(now),
+            per_item: full.mean / full.served.max(1) as Nanos,
             at: now,
         })
     }
