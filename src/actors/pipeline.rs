@@ -6,7 +6,9 @@
 //! when or where models run: the controller stays the only place that does. With a
 //! [`Backlog`] it hands each new run the projected wait at every stage (read from the
 //! admission table), so that the first stage's request carries an R_v that sees the
-//! queues below it (earliest-stage drop, decided by the policy).
+//! queues below it (earliest-stage drop, decided by the policy), and it refuses at arrival
+//! a root that its stages cannot finish in time behind those queues and the work the
+//! roots already in flight will still bring them (`pipeline::inflow`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
