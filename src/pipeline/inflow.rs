@@ -194,6 +194,43 @@ mod tests {
         assert!(!beyond(&p, 89 * MS, deadline, (&[0; 3], &[0; 3])));
     }
 
+    proptest::proptest! {
+        /// However roots start, reach stages and are answered (refused early or served),
+        /// once every one is answered no work is still to come: a root counted and never
+        /// taken off would make every later root look hopeless. Mutation that breaks it:
+        /// `made` taking a stage off twice for one root (the `has` check removed).
+        #[test]
+        fn nothing_is_still_to_come_once_every_root_is_answered(
+            steps in proptest::collection::vec((0usize..4, 0usize..3, 0usize..3), 1..200),
+        ) {
+            let mut inflow = Inflow::new(&traffic());
+            let mut flying: Vec<Made> = Vec::new();
+            for (what, stage, pick) in steps {
+                match what {
+                    0 => flying.push(inflow.started()),
+                    1 | 2 if !flying.is_empty() => {
+                        let at = pick % flying.len();
+                        inflow.made(&mut flying[at], stage);
+                        inflow.fanned(stage, pick);
+                    }
+                    _ if !flying.is_empty() => {
+                        let made = flying.swap_remove(pick % flying.len());
+                        inflow.finished(made);
+                    }
+                    _ => {}
+                }
+                for s in 0..3 {
+                    let pending = flying.iter().filter(|m| s > 0 && !m.has(s)).count();
+                    proptest::prop_assert_eq!(inflow.pending[s] as usize, pending);
+                }
+            }
+            for made in flying.drain(..) {
+                inflow.finished(made);
+            }
+            proptest::prop_assert_eq!(&inflow.pending, &vec![0; 3]);
+        }
+    }
+
     #[test]
     fn fan_outs_are_learned_and_multiply_along_the_path() {
         let mut inflow = Inflow::new(&traffic());
