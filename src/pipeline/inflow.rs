@@ -107,6 +107,12 @@ impl Inflow {
         let pending = self.pending.get(stage).copied().unwrap_or(0);
         f64::from(pending) * self.per_root(stage)
     }
+
+    /// Device time the requests still to come to `stage` will take on its `replicas`
+    /// (at least one), each item costing `per_item` (`ModelView::per_item`).
+    pub fn work_to_come(&self, stage: usize, per_item: Nanos, replicas: u32) -> Nanos {
+        (self.to_come(stage) * per_item as f64 / f64::from(replicas.max(1))) as Nanos
+    }
 }
 
 /// Whether a root made at `now` with internal `deadline` cannot finish in time: the wait

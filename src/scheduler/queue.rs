@@ -93,7 +93,7 @@ impl ModelQueue {
     }
 
     /// The requests from position `from` on, in deadline order.
-    pub fn iter_from(&self, from: usize) -> impl Iterator<Item = &Queued> + '_ {
+    pub fn iter_from(&self, from: usize) -> impl Iterator<Item = &Queued> + Clone + '_ {
         self.queue.range(from.min(self.queue.len())..)
     }
 

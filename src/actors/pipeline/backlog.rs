@@ -46,10 +46,9 @@ impl Backlog {
             .map(|(stage, m)| {
                 let view = m.and_then(|m| self.admission.get(m));
                 let wait = projected_wait(view.as_ref(), now).unwrap_or(0);
-                let to_come = view.map_or(0.0, |v| {
-                    inflow.to_come(stage) * v.per_item as f64 / f64::from(v.replicas.max(1))
-                });
-                (wait, to_come as Nanos)
+                let to_come =
+                    view.map_or(0, |v| inflow.work_to_come(stage, v.per_item, v.replicas));
+                (wait, to_come)
             })
             .unzip()
     }

@@ -70,19 +70,18 @@ struct Order<A, B> {
 fn run_behind<'q>(
     m: &ModelState,
     free: &mut [(Nanos, usize)],
-    order: Order<impl Iterator<Item = &'q Queued>, impl Iterator<Item = &'q Queued>>,
+    order: Order<impl Iterator<Item = &'q Queued>, impl Iterator<Item = &'q Queued> + Clone>,
     new: Newcomer,
     rules: Rules,
 ) -> bool {
     let ahead: usize = order.ahead.map(|q| q.items as usize).sum();
-    let behind: Vec<&Queued> = order.behind.collect();
-    let after: usize = behind.iter().map(|q| q.items as usize).sum();
+    let after: usize = order.behind.clone().map(|q| q.items as usize).sum();
     let mut remaining = ahead + new.items as usize + after;
     // Whole requests of several items leave batches short of their size (see `drain`).
     let pad = new.items > 1 || m.queue.items() > m.queue.len();
     // Items served so far, and where the next request behind starts among them.
     let (mut served, mut starts) = (0, ahead + new.items as usize);
-    let mut behind = behind.into_iter().peekable();
+    let mut behind = order.behind.peekable();
     while behind.peek().is_some() {
         let Some((i, at)) = free.iter().enumerate().min_by_key(|(_, f)| f.0) else {
             return true;
