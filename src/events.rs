@@ -43,6 +43,9 @@ pub enum OutCause {
     Failing,
     /// Its code panicked or its thread is gone.
     Crashed,
+    /// It hung over and over: ran several times slower than its estimates (the health
+    /// rule's strikes of hangs, `actors::health`).
+    Slow,
 }
 
 impl OutCause {
@@ -52,6 +55,7 @@ impl OutCause {
             Self::Hung => "hung",
             Self::Failing => "failing",
             Self::Crashed => "crashed",
+            Self::Slow => "slow",
         }
     }
 }

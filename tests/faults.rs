@@ -10,6 +10,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
+use clockwork::actors::health::HealthRule;
 use clockwork::actors::messages::{Infer, InferError, SnapshotController};
 use clockwork::actors::{ControllerSettings, RuntimeBuilder};
 use clockwork::api::Metrics;
@@ -25,6 +26,10 @@ use clockwork::time::{virtual_system, Clock, Nanos, MS};
 const GRACE: Nanos = 20 * MS;
 const SLO: Nanos = 100 * MS;
 const REQUESTS: u64 = 2_400;
+/// Between two requests: 1200 requests/s, more than one device serves in time.
+const FULL: Nanos = 833_333;
+/// 600 requests/s: one device serves them.
+const HALF: Nanos = 2 * FULL;
 /// Faults with an end start at 0.5 s and end at 1.5 s.
 const FROM: Duration = Duration::from_millis(500);
 const LASTING: Duration = Duration::from_millis(1_000);
@@ -61,7 +66,7 @@ fn sim(clock: Clock) -> Box<dyn Backend> {
 
 fn send_all(
     runtime: &clockwork::actors::Runtime,
-    clock: Clock,
+    (clock, every): (Clock, Nanos),
     tally: &Rc<RefCell<Tally>>,
 ) -> Vec<actix_rt::task::JoinHandle<()>> {
     let image = Tensor::from_f32("data", vec![3, 224, 224], &vec![0.5; 150_528]);
@@ -70,7 +75,7 @@ fn send_all(
             let (controller, tally, image) =
                 (runtime.controller.clone(), Rc::clone(tally), image.clone());
             actix_rt::spawn(async move {
-                clock.sleep_until(i * 833_333).await;
+                clock.sleep_until(i * every).await;
                 let arrival = clock.now();
                 let infer = Infer {
                     model: "resnet".into(),
@@ -97,6 +102,11 @@ fn send_all(
 }
 
 fn run(faults: FaultConfig) -> Run {
+    run_every(faults, FULL)
+}
+
+/// A run with one request every `every`.
+fn run_every(faults: FaultConfig, every: Nanos) -> Run {
     virtual_system().unwrap().block_on(async {
         let clock = Clock::start_virtual();
         let spec = profiles::model("resnet50", "resnet", SLO).unwrap();
@@ -114,7 +124,7 @@ fn run(faults: FaultConfig) -> Run {
             .unwrap();
         let mut events = runtime.events.subscribe();
         let tally = Rc::new(RefCell::new(Tally::default()));
-        let tasks = send_all(&runtime, clock, &tally);
+        let tasks = send_all(&runtime, (clock, every), &tally);
         let answered = async {
             for task in tasks {
                 task.await.unwrap();
@@ -281,16 +291,59 @@ fn weights_that_fail_to_load_take_the_device_out_and_others_serve() {
     assert!(failed >= 3.0, "{}", run.metrics);
 }
 
-#[test]
-fn a_slow_device_is_given_up_on_while_slow_and_serves_after() {
-    let run = run(FaultConfig {
+fn slow(factor: f64) -> FaultConfig {
+    FaultConfig {
         slowdown: Some(SlowdownConfig {
             from: FROM,
             until: FROM + LASTING,
-            factor: 20.0,
+            factor,
         }),
         ..FaultConfig::default()
-    });
+    }
+}
+
+/// Device 0's outages for `cause`.
+fn outages(run: &Run, cause: OutCause) -> usize {
+    run.health.iter().filter(|h| h.1 == Some(cause)).count()
+}
+
+#[test]
+fn a_slow_device_is_given_up_on_while_slow_and_serves_after() {
+    let run = run(slow(20.0));
     kept_the_promise(&run, 2 * GRACE);
-    out_and_back(&run, OutCause::Hung);
+    let first = run.health.first().copied();
+    assert!(
+        matches!(first, Some((at, Some(OutCause::Hung))) if at >= FROM.as_nanos() as Nanos),
+        "{:?}",
+        run.health
+    );
+    assert_eq!(run.health.last().map(|h| h.1), Some(None));
+    assert!(!run.suspect_at_end);
+    for cause in [OutCause::Hung, OutCause::Slow] {
+        let series = format!("clockwork_device_outages{{cause=\"{}\"}}", cause.as_str());
+        let counted = value(&run.metrics, &series);
+        assert_eq!(counted, outages(&run, cause) as f64, "{}", run.metrics);
+    }
+}
+
+/// A device 8 times slower than its estimates for a second, while the other could serve
+/// the load alone: each of its actions passes the watchdog's deadline. Without the health
+/// rule's count of hangs it came back at each late report and hung again, 19 times in the
+/// second (85 actions given up on, their requests refused); with it, after `strikes` (3)
+/// hangs it stays out (`slow`) until a probe, and each return costs at most one more hang
+/// before it is out again for twice as long.
+#[test]
+fn a_device_that_hangs_again_and_again_is_kept_out_until_a_probe() {
+    let run = run_every(slow(8.0), HALF);
+    kept_the_promise(&run, 0);
+    let (hung, slow) = (outages(&run, OutCause::Hung), outages(&run, OutCause::Slow));
+    let strikes = HealthRule::default().strikes as usize;
+    assert!(slow >= 1, "{:?}", run.health);
+    assert!(hung <= strikes + slow, "{:?}", run.health);
+    let back = run.health.last().copied();
+    assert!(
+        matches!(back, Some((at, None)) if at >= (FROM + LASTING).as_nanos() as Nanos),
+        "back after the slowness: {:?}",
+        run.health
+    );
 }

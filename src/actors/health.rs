@@ -18,6 +18,16 @@
 //!   up to `max_backoff`. The backoff also doubles each time the device is taken out
 //!   again before one of its planned actions succeeded, so a device that passes probes
 //!   but fails work is retried ever less often.
+//! - A hang is the watchdog's (an action with no report by its deadline): the device is
+//!   suspect until it reports again, and a late report brings it back. A device that runs
+//!   several times slower than its estimates hangs that way over and over, back at each
+//!   late report and given work that will be late again. So the hangs are counted too:
+//!   `strikes` of them in a row, with no action run at its normal pace between them
+//!   (within [`SLOW_FACTOR`] times its estimate: a slow success neither counts nor
+//!   clears the run), and the late report that would end the last one keeps the device
+//!   out instead ([`OutCause::Slow`]), probed back after a backoff like a failing one.
+//!   Hangs are rare (the watchdog allows twice an action's estimate and a grace), so
+//!   their run has no window: only a run at normal pace ends it.
 //!
 //! No actix, no clock reads: the controller passes `now`.
 
@@ -27,6 +37,10 @@ use crate::events::OutCause;
 use crate::model::{DeviceId, ModelId};
 use crate::protocol::ActionError;
 use crate::time::{Nanos, MS};
+
+/// How many times its estimate an action may take and still count as run at its normal
+/// pace, the pace that ends a run of hangs.
+pub const SLOW_FACTOR: u64 = 2;
 
 /// The model a probe unloads: no registry gives this id, so a probe never touches weights.
 pub const PROBE_MODEL: ModelId = ModelId(u32::MAX);
@@ -55,6 +69,26 @@ impl Default for HealthRule {
     }
 }
 
+/// How an action that succeeded ran against its estimate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pace {
+    /// Within [`SLOW_FACTOR`] times its estimate.
+    Normal,
+    /// Slower: not a failure, and not a sign that a slow device recovered either.
+    Slow,
+}
+
+impl Pace {
+    /// The pace of an action estimated at `expected` that took `measured`.
+    pub fn of(measured: Nanos, expected: Nanos) -> Self {
+        if measured <= expected.saturating_mul(SLOW_FACTOR) {
+            Self::Normal
+        } else {
+            Self::Slow
+        }
+    }
+}
+
 /// What a report did to a device's health.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Change {
@@ -70,6 +104,9 @@ pub enum Change {
 struct Device {
     /// Start of the current run of failures, and its length.
     run: Option<(Nanos, u32)>,
+    /// Hangs (actions the watchdog gave up on while the device was in service) since one
+    /// of its planned actions last ran at its normal pace.
+    hangs: u32,
     out: Option<Out>,
     /// Times taken out since one of its planned actions last succeeded.
     episodes: u32,
@@ -99,20 +136,23 @@ impl Health {
         }
     }
 
-    /// A planned action of `device` reported `result` at `now`.
+    /// A planned action of `device` reported `result` in time at `now`.
     pub fn reported(
         &mut self,
         device: DeviceId,
-        result: Result<(), &ActionError>,
+        result: Result<Pace, &ActionError>,
         now: Nanos,
     ) -> Change {
         let rule = self.rule;
         let d = self.devices.entry(device).or_default();
         let cause = match result {
-            Ok(()) => {
+            Ok(pace) => {
                 d.run = None;
-                if d.out.is_none() {
-                    d.episodes = 0;
+                if pace == Pace::Normal {
+                    d.hangs = 0;
+                    if d.out.is_none() {
+                        d.episodes = 0;
+                    }
                 }
                 return Change::Same;
             }
@@ -131,6 +171,29 @@ impl Health {
             Err(_) => return Change::Same,
         };
         d.run = None;
+        Self::take_out(rule, d, cause, now)
+    }
+
+    /// The watchdog gave up on an action of `device`, in service until then.
+    pub fn hung(&mut self, device: DeviceId) {
+        let d = self.devices.entry(device).or_default();
+        d.hangs = d.hangs.saturating_add(1);
+    }
+
+    /// A late report of `device` (of an action the watchdog gave up on) came at `now`:
+    /// the end of its hang, unless it hung `strikes` times in a row, when it stays out.
+    pub fn revived(&mut self, device: DeviceId, now: Nanos) -> Change {
+        let rule = self.rule;
+        let d = self.devices.entry(device).or_default();
+        if d.hangs < rule.strikes {
+            return Change::Same;
+        }
+        Self::take_out(rule, d, OutCause::Slow, now)
+    }
+
+    /// Takes `d` out for `cause` at `now`, its first probe after a backoff that doubles
+    /// with each time it was taken out since it last served (unless it is out already).
+    fn take_out(rule: HealthRule, d: &mut Device, cause: OutCause, now: Nanos) -> Change {
         if d.out.is_some() {
             return Change::Same;
         }

@@ -36,7 +36,7 @@ fn a_success_or_a_gap_breaks_the_run_and_refusals_do_not_count() {
     let mut h = Health::new(rule());
     h.reported(D, Err(&failed()), 0);
     h.reported(D, Err(&failed()), 1);
-    h.reported(D, Ok(()), 2);
+    h.reported(D, Ok(Pace::Normal), 2);
     h.reported(D, Err(&failed()), 3);
     h.reported(D, Err(&failed()), 4);
     assert!(!h.is_out(D), "the success reset the count");
@@ -81,11 +81,54 @@ fn probes_come_after_a_backoff_that_doubles_until_one_succeeds() {
     assert_eq!(h.next_probe(), Some(1_200));
     h.probes_due(1_200);
     h.probed(D, true, 1_201);
-    h.reported(D, Ok(()), 1_300);
+    h.reported(D, Ok(Pace::Normal), 1_300);
     h.reported(D, Err(&ActionError::Crashed("x".into())), 2_000);
     assert_eq!(
         h.next_probe(),
         Some(2_100),
         "a success in service resets it"
     );
+}
+
+#[test]
+fn hangs_in_a_row_keep_a_device_out_at_the_late_report_that_ends_the_last() {
+    let mut h = Health::new(rule());
+    for at in [0, 10_000] {
+        h.hung(D);
+        assert_eq!(h.revived(D, at), Change::Same, "a hang ends at its report");
+    }
+    // Far apart: hangs have no window.
+    h.hung(D);
+    assert_eq!(h.revived(D, 50_000), Change::Out(OutCause::Slow));
+    assert_eq!(h.cause(D), Some(OutCause::Slow));
+    assert_eq!(h.next_probe(), Some(50_100));
+    h.probes_due(50_100);
+    assert_eq!(h.probed(D, true, 50_101), Change::Back);
+    // Back, still slow: one more hang and it is out again, for twice as long.
+    h.reported(D, Ok(Pace::Slow), 50_200);
+    h.hung(D);
+    assert_eq!(h.revived(D, 50_300), Change::Out(OutCause::Slow));
+    assert_eq!(h.next_probe(), Some(50_500));
+}
+
+#[test]
+fn a_run_at_normal_pace_ends_the_hangs_and_a_slow_one_does_not() {
+    let mut h = Health::new(rule());
+    h.hung(D);
+    h.hung(D);
+    h.reported(D, Ok(Pace::Slow), 1);
+    h.hung(D);
+    assert_eq!(h.revived(D, 2), Change::Out(OutCause::Slow));
+    let mut h = Health::new(rule());
+    h.hung(D);
+    h.hung(D);
+    h.reported(D, Ok(Pace::Normal), 1);
+    h.hung(D);
+    assert_eq!(
+        h.revived(D, 2),
+        Change::Same,
+        "the normal run reset the count"
+    );
+    assert_eq!(Pace::of(20, 10), Pace::Normal);
+    assert_eq!(Pace::of(21, 10), Pace::Slow);
 }

@@ -124,8 +124,9 @@ pub struct Controller {
     health: Health,
     /// Probes in flight: the device each one tests.
     probes: IdMap<ActionId, DeviceId>,
-    /// Devices the policy was told are out of service (suspect).
-    out: std::collections::BTreeSet<DeviceId>,
+    /// Devices the policy was told are out of service (suspect), and the cause last
+    /// published for each.
+    out: std::collections::BTreeMap<DeviceId, events::OutCause>,
     /// When a `Drain` gives up waiting and answers what is left.
     drain_deadline: Option<Nanos>,
     /// Repair actions sent so far (for their ids).

@@ -3,7 +3,7 @@
 //! drain's deadline leaves.
 
 use super::*;
-use crate::actors::health::{Change, PROBE_MODEL};
+use crate::actors::health::{Change, Pace, PROBE_MODEL};
 use crate::events::OutCause;
 
 impl Controller {
@@ -20,6 +20,11 @@ impl Controller {
                 kind = sent.action.kind.name(),
                 "no report by the watchdog's deadline: action failed, device suspect"
             );
+            if !self.out.contains_key(&device) {
+                // A new hang of a device in service (its other actions overdue now are
+                // the same hang).
+                self.health.hung(device);
+            }
             self.update_service(device, now);
             let report = ActionReport {
                 action,
@@ -71,6 +76,16 @@ impl Controller {
             // Work may go to the device again, and the next probe needs the timer.
             return self.step(ctx);
         }
+        if matches!(settled, Settled::Late(_)) {
+            // The end of a hang, unless the device hangs over and over (the health rule).
+            if let Change::Out(cause) = self.health.revived(report.device, now) {
+                tracing::warn!(
+                    device = report.device.0,
+                    cause = cause.as_str(),
+                    "device taken out of service: it hung again and again"
+                );
+            }
+        }
         self.update_service(report.device, now);
         match settled {
             Settled::InTime => {}
@@ -95,9 +110,12 @@ impl Controller {
             tracing::error!(action = ?report.action, "report of an unknown action");
             return;
         };
-        let change = self
-            .health
-            .reported(report.device, report.result.as_ref().map(|_| ()), now);
+        let expected = sent.action.expected_duration;
+        let pace = report
+            .result
+            .as_ref()
+            .map(|m| Pace::of(m.duration, expected));
+        let change = self.health.reported(report.device, pace, now);
         if let Change::Out(cause) = change {
             tracing::warn!(
                 device = report.device.0,
@@ -121,9 +139,10 @@ impl Controller {
     /// service or came back.
     pub(super) fn update_service(&mut self, device: DeviceId, now: Nanos) {
         let cause = self.out_cause(device);
+        // A change of cause (a hang found to be the device's slowness) is published too.
         let changed = match cause {
-            Some(_) => self.out.insert(device),
-            None => self.out.remove(&device),
+            Some(c) => self.out.insert(device, c) != Some(c),
+            None => self.out.remove(&device).is_some(),
         };
         if !changed {
             return;
