@@ -1,6 +1,7 @@
-//! The Clockwork policy under overload on one shared cpu-like device, in virtual time on
-//! the in-memory testbed: models whose batches take very different times share the
-//! device, none is left to time out, and what is admitted is mostly served.
+//! The Clockwork policy under overload on one shared device, in virtual time on the
+//! in-memory testbed: models whose batches take very different times share the device,
+//! none is left to time out, and what is admitted is mostly served: the other models'
+//! work is counted at arrival (`shared_arrival`, `scheduler/clockwork/shared.rs`).
 //!
 //! On a cpu a larger batch is no cheaper per request (the zoo's resnet on tract runs
 //! batch 8 in about 10 times its batch 1). Ranked by the largest batch its queue fills, such a
@@ -176,8 +177,11 @@ fn under_overload_no_model_is_left_to_time_out() {
     assert_eq!(report.late, 0, "{report:?}");
     // Old rule: the model of dear batches ranked first throughout (567 of 2,043 in time)
     // and the others were left to time out (26 of 2,001 and 8 of 1,956 in time; 3,851
-    // `timed_out`). Now 1,085, 940 and 194, and 832 `timed_out`: the dear model, whose
-    // requests cost the most device time, is served least, but served.
+    // `timed_out`). Ranked by the batch it would run: 1,085, 940 and 194, but 2,245
+    // refused after waiting (832 `timed_out`, the rest then named `deadline_unreachable`).
+    // With the other models' work counted at arrival (`shared_arrival`): 1,410, 1,115
+    // and 103, and 538 refused after waiting: the dear model, whose requests cost the
+    // most device time, is served least (mostly refused when they arrive), but served.
     for (i, s) in served.iter().enumerate() {
         assert!(
             s.in_time * 20 >= s.offered,
@@ -230,4 +234,68 @@ proptest! {
         let timed_out = report.refused.get("timed_out").copied().unwrap_or(0);
         prop_assert!(timed_out <= report.completed, "{:?} {:?}", served, report);
     }
+}
+
+/// Timed-out requests counted by the testbed (refused after they were admitted).
+fn timed_out(report: &Report) -> usize {
+    report.refused.get("timed_out").copied().unwrap_or(0)
+}
+
+/// The zoo's shape at 5x: counting, at arrival, the work the other models will run first
+/// (`shared_arrival`: queued and to come, each at the share it serves) refuses there what
+/// would otherwise wait to time out, 538 against 2,245 with each model admitting as if
+/// it had the device alone, and serves more in time (2,628 against 2,219): without it the
+/// device spent time on requests that then expired. Mutation that breaks it: the requests
+/// to come left out (`to_come` 0 in `shared.rs`: 2,143 served, fewer than alone).
+#[test]
+fn other_models_work_counted_at_arrival_refuses_there_what_would_time_out() {
+    let mix = zoo_like();
+    let (shared, _) = mix.run(&PolicyConfig::default());
+    let alone = PolicyConfig {
+        shared_arrival: false,
+        ..PolicyConfig::default()
+    };
+    let (alone, _) = mix.run(&alone);
+    assert_eq!(shared.late, 0, "{shared:?}");
+    assert!(
+        timed_out(&shared) * 3 < timed_out(&alone),
+        "{shared:?} {alone:?}"
+    );
+    assert!(shared.completed >= alone.completed, "{shared:?} {alone:?}");
+}
+
+/// Eight models on a device where batches are cheaper per request (a GPU's shape: batch 8
+/// in 2.3 times batch 1), at about twice what it serves: counting the other models' work
+/// at arrival must not cost goodput there. Of each model's queue only the share it serves
+/// is counted: counted whole (the mutation: `served` 1 in `shared.rs`), the work that will
+/// time out anyway refused at arrival requests the device would have served (9,793
+/// served against 9,986 without counting; with the share, 9,967).
+#[test]
+fn on_a_batching_device_counting_the_others_serves_as_much() {
+    let model = Model {
+        base: 3 * MS,
+        growth: 0.4,
+        slo: 100 * MS,
+    };
+    let mix = Mix {
+        models: vec![model; 8],
+        load: 7.0,
+        n: 20_000,
+        seed: 3,
+    };
+    let (shared, _) = mix.run(&PolicyConfig::default());
+    let alone = PolicyConfig {
+        shared_arrival: false,
+        ..PolicyConfig::default()
+    };
+    let (alone, _) = mix.run(&alone);
+    assert_eq!(shared.late, 0, "{shared:?}");
+    assert!(
+        shared.completed * 1000 >= alone.completed * 995,
+        "{shared:?} {alone:?}"
+    );
+    assert!(
+        timed_out(&shared) < timed_out(&alone),
+        "{shared:?} {alone:?}"
+    );
 }

@@ -332,11 +332,13 @@ pub struct PolicyConfig {
     /// device would have served (docs/EXPERIMENTS.md, "The drift margin"). Learned only
     /// with `learn_margins`.
     pub drift_margin: bool,
-    /// Admission also counts, on each device that holds the model, the other resident
-    /// models' queued work due before the new request (`scheduler/clockwork/shared.rs`):
-    /// on a device shared by several busy models a request is then refused when it
-    /// arrives rather than when it times out. Off by default: counted that way the
-    /// simulator's load sweep lost goodput past capacity.
+    /// Admission also counts, on each device that holds the model, the work the other
+    /// resident models will run before the new request (`scheduler/clockwork/shared.rs`):
+    /// their queued requests due before it and those still to come that will be, each
+    /// model's at the share of what it admits that it serves. Without it, on a device
+    /// shared by several busy models each admits as if it had the device alone, and under
+    /// overload most of what is refused is refused after waiting most of its objective
+    /// (docs/EXPERIMENTS.md, "Other models' work counted at arrival").
     pub shared_arrival: bool,
     /// Admission also keeps the promise made to the requests already queued: a request
     /// that would be queued ahead of some (an earlier deadline: a tighter objective, or
@@ -384,7 +386,7 @@ impl Default for PolicyConfig {
             margin_percentile: 100.0,
             queue_at_mean: true,
             drift_margin: false,
-            shared_arrival: false,
+            shared_arrival: true,
             protect_admitted: false,
             load_budget: ms(25),
             max_batch: 16,

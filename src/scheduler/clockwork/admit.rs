@@ -101,6 +101,12 @@ impl ClockworkPolicy {
             demand,
             items,
         };
+        let m = &mut self.models[request.model.0 as usize];
+        m.admitted.record(now);
+        if request.latest_finish.is_none() {
+            // A direct request's: a pipeline's sub-request has only what its root left.
+            m.objective = deadline.saturating_sub(request.arrival);
+        }
         // Enqueueing re-ranks the model, with its new rate.
         self.enqueue(request.model, item);
     }
@@ -219,7 +225,8 @@ impl ClockworkPolicy {
             }
             replicas.base = replicas.base.min(at);
             if shared {
-                at = at.saturating_add(self.others_ahead(device, model, deadline, at));
+                let window = (now, at, deadline);
+                at = at.saturating_add(self.others_ahead(device, model, window));
             }
             replicas.idle |= at <= now.saturating_add(timing.expected_lag);
             replicas.free[replicas.len] = (at, device.kind);

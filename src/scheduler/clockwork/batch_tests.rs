@@ -15,7 +15,11 @@ fn linear() -> (ClockworkPolicy, Nanos) {
 /// Models of batches 1, 2 and 4 taking the given times, all loaded on one device; the
 /// time the last load finished.
 fn loaded(models: &[[Nanos; 3]]) -> (ClockworkPolicy, Nanos) {
-    let mut policy = ClockworkPolicy::new(&PolicyConfig::default());
+    loaded_with(&PolicyConfig::default(), models)
+}
+
+fn loaded_with(config: &PolicyConfig, models: &[[Nanos; 3]]) -> (ClockworkPolicy, Nanos) {
+    let mut policy = ClockworkPolicy::new(config);
     policy.add_device(DeviceInfo {
         kind: "cpu".into(),
         pages: 64,
@@ -139,8 +143,13 @@ fn sub(id: u64, now: Nanos, slo: Nanos, latest_finish: Nanos) -> Request {
 #[test]
 fn a_sub_request_behind_the_front_is_refused_when_its_latest_finish_passes() {
     // Model 0 linear; model 1 runs any batch up to 4 in 40 ms (so it ranks by the
-    // largest batch its queue fills).
-    let (mut policy, now) = loaded(&[[10 * MS, 20 * MS, 40 * MS], [40 * MS; 3]]);
+    // largest batch its queue fills). Each model admits as if it had the device alone
+    // (`shared_arrival` off), so that model 1's requests are admitted ahead of B.
+    let alone = PolicyConfig {
+        shared_arrival: false,
+        ..PolicyConfig::default()
+    };
+    let (mut policy, now) = loaded_with(&alone, &[[10 * MS, 20 * MS, 40 * MS], [40 * MS; 3]]);
     let mut plan = Plan::default();
     // A is first by its stage deadline (22 ms) but its root leaves it until 295 ms; B
     // comes after it (25 ms) and is worth serving only until 30 ms. Both fit when they

@@ -63,9 +63,8 @@ struct Params {
     lanes: LaneTiming,
     /// Refuse hopeless requests early (off only for the ablation that serves them late).
     early_drop: bool,
-    /// Count other models' queued work on shared devices when projecting at arrival
-    /// (`shared.rs`); off unless configured (`shared_arrival`) or `with_shared_arrival`,
-    /// since it lowered the load sweep's goodput past capacity.
+    /// Count the work other models will run first on shared devices when projecting at
+    /// arrival (`shared.rs`; `PolicyConfig::shared_arrival`, on by default).
     shared_arrival: bool,
     /// Measurements older than this no longer hold a model's requests back: before
     /// refusing them, its estimates go back to their seeds (see `estimate::Estimator`).
@@ -145,6 +144,16 @@ struct ModelState {
     missed: u64,
     /// Its arrivals (admitted or refused at once), for the replicas its rate needs.
     rate: RateMeter,
+    /// Its admitted requests, and the time the last direct one had from its arrival to
+    /// its internal deadline: with `shared_arrival`, the work its requests still to come
+    /// will put ahead of other models' requests due later (`shared.rs`).
+    admitted: RateMeter,
+    objective: Nanos,
+    /// Its requests taken into batches, and those refused after they were admitted (they
+    /// waited until no batch could finish them): of what leaves its queue, the share
+    /// served rather than timed out.
+    planned: RateMeter,
+    dropped: RateMeter,
     /// Replicas a planner asked for ahead of its traffic (`Policy::set_replica_floor`).
     floor: u32,
 }
@@ -230,8 +239,8 @@ impl ClockworkPolicy {
         self
     }
 
-    /// Projects arrivals behind the other models' queued work due before them on each
-    /// shared device too (`shared.rs`), refusing more at arrival instead of at time-out.
+    /// Projects arrivals behind the other models' work due before them on each shared
+    /// device too (`shared.rs`), whatever the configuration said.
     pub fn with_shared_arrival(mut self) -> Self {
         self.params.shared_arrival = true;
         self
@@ -372,6 +381,10 @@ impl Policy for ClockworkPolicy {
             measured_at: 0,
             missed: 0,
             rate: RateMeter::default(),
+            admitted: RateMeter::default(),
+            objective: 0,
+            planned: RateMeter::default(),
+            dropped: RateMeter::default(),
             floor: 0,
         });
         // Registered and on no device: a candidate for loading into free pages.

@@ -31,6 +31,11 @@ pub struct RateMeter {
 impl RateMeter {
     /// Counts one arrival at `now`.
     pub fn record(&mut self, now: Nanos) {
+        self.add(now, 1);
+    }
+
+    /// Counts `n` arrivals at `now`.
+    pub fn add(&mut self, now: Nanos, n: u32) {
         let bucket = now / BUCKET;
         if bucket > self.newest {
             // Buckets skipped since the newest are empty: clear them (at most the window).
@@ -43,10 +48,9 @@ impl RateMeter {
             self.newest = bucket;
         }
         let slot = &mut self.counts[(self.newest % BUCKETS as u64) as usize];
-        if *slot < u32::MAX {
-            *slot += 1;
-            self.total += 1;
-        }
+        let n = n.min(u32::MAX - *slot);
+        *slot += n;
+        self.total += u64::from(n);
     }
 
     /// Arrivals in the window that ends at `now`: the running total less the oldest

@@ -1,21 +1,26 @@
-//! Queued work of other models on a shared device, for the projection at arrival
-//! (`admit.rs`).
+//! Other models' work on a shared device, for the projection at arrival (`admit.rs`).
 //!
 //! A device serves the queues of every model resident on it, most urgent first (the
 //! strategy queues order models by their front's latest start). A request's own queue is
 //! therefore not all that stands before it: the other resident models' requests due
-//! EARLIER than it will be served first. Counting them (and only them: work due later is
-//! served after it) lets a request on a busy shared device be refused the moment it
-//! arrives instead of waiting most of its objective to time out.
+//! EARLIER than it will be served first, those queued now and those that will arrive
+//! while it waits with objectives short enough to be due before it (a model of 50 ms
+//! objectives overtakes, for 150 ms, a request of 200 ms). Counting them (and only them:
+//! work due later is served after it) lets a request on a busy shared device be refused
+//! the moment it arrives instead of waiting most of its objective to time out.
 //!
-//! The count is meant to be optimistic: each other model's work is split evenly over its
-//! replicas ready or loading (rounded down), costed at the most efficient batch its whole
-//! queue fills, and its requests about to expire (that no start on this device could
-//! finish) are left out; models past the first [`MAX_OTHERS`] residents are not counted.
-//! It is not optimistic enough yet: it still counts queued work that the plan will drop or
-//! skip (adaptive batch drop) rather than serve, and with it on the load sweep's goodput
-//! fell past capacity (docs/EXPERIMENTS.md), so `ClockworkPolicy::with_shared_arrival`
-//! turns it on and the default leaves it off.
+//! Each other model's count is an expectation, from what it was seen to do over the last
+//! two seconds ([`super::rate::WINDOW`]): the requests to come arrive at the rate it
+//! admits them, with the time to their deadline its last direct one had; of its
+//! requests (queued or to come), only the share it took into batches is counted, since
+//! under overload the rest will time out rather than run (counted whole, that work held
+//! the simulator's load sweep below its goodput past capacity, refusing at arrival what the
+//! device would have served). The work is split evenly over the model's replicas ready or
+//! loading and costed per item at the most efficient batch its queue and the requests it
+//! will admit before the new one's deadline fill; its requests about to expire (that no
+//! start on this device could finish) are left out; models past the first [`MAX_OTHERS`]
+//! residents are not counted. A pipeline's sub-request is judged by its own queue only
+//! (`admit.rs`). On by default (`PolicyConfig::shared_arrival`).
 
 use super::admit::efficient_batch;
 use super::ClockworkPolicy;
@@ -28,47 +33,61 @@ use crate::time::Nanos;
 const MAX_OTHERS: usize = 64;
 
 impl ClockworkPolicy {
-    /// Device time on `device` that the queued requests of resident models other than
-    /// `model`, due before `deadline`, still need when the device frees at `from`: each
-    /// model's share (its items ahead, over its replicas ready or loading) at the cost per
-    /// item, on this device's kind, of the most efficient batch its queue fills.
+    /// Device time on `device` that resident models other than `model` will take before
+    /// a request due at `deadline` arriving at `now` when the device frees at `from`
+    /// (`window`): their queued requests due before it, and (estimated from each model's
+    /// admitted rate and its requests' time to their deadlines) those still to come that
+    /// will be due before it. Each model's share (over its replicas ready or loading) is
+    /// costed per item, on this device's kind, at the most efficient batch its queue and
+    /// the requests to come fill.
     pub(super) fn others_ahead(
         &self,
         device: &DeviceMirror,
         model: ModelId,
-        deadline: Nanos,
-        from: Nanos,
+        (now, from, deadline): (Nanos, Nanos, Nanos),
     ) -> Nanos {
-        let mut work: Nanos = 0;
+        let mut work = 0.0;
         // Models still loading here count too: their queues run here once loaded.
         let others = device.residents.keys().filter(|&&o| o != model);
         for &other in others.take(MAX_OTHERS) {
             let o = &self.models[other.0 as usize];
-            if o.queue.front().is_none() {
-                continue;
-            }
             // Due before the new request; those that could not finish even if started
             // when the device frees will be refused, not served.
             let due = o.queue.items_before(deadline);
-            if due == 0 {
-                continue;
-            }
             let expiring = o
                 .queue
                 .items_before(from.saturating_add(self.best_single(other)));
-            let replicas = (o.ready_on.len() + o.loading as usize).max(1);
-            let share = due.saturating_sub(expiring) / replicas;
-            if share == 0 {
+            // Of what leaves its queue, the share it serves: under overload some of its
+            // queue will time out rather than run.
+            let (planned, dropped) = (o.planned.count(now), o.dropped.count(now));
+            let served = match planned + dropped {
+                0 => 1.0,
+                left => planned as f64 / left as f64,
+            };
+            // Requests to come that it will serve and that will be due before the new
+            // one: those it admits before `deadline - objective`.
+            let rate = o.admitted.per_second(now) * served;
+            let coming = deadline.saturating_sub(now.saturating_add(o.objective));
+            let to_come = if o.objective == 0 {
+                0.0
+            } else {
+                rate * coming as f64 / 1e9
+            };
+            let replicas = (o.ready_on.len() + o.loading as usize).max(1) as f64;
+            let queued = due.saturating_sub(expiring) as f64 * served;
+            let share = (queued + to_come) / replicas;
+            if share <= 0.0 {
                 continue;
             }
-            // Its batches also take its requests due later: costed at the batch its whole
-            // queue fills, not the smaller one the requests due first would.
-            let fills = (o.queue.items().saturating_sub(expiring) / replicas).max(share);
+            // Its batches also take its requests due later, queued or still to come
+            // before the new request's deadline: costed at the batch they all fill, not
+            // the smaller one the requests due first would.
+            let later = rate * deadline.saturating_sub(now) as f64 / 1e9;
+            let queued = o.queue.items().saturating_sub(expiring) as f64 * served + later;
+            let fills = (queued / replicas).max(share).ceil() as usize;
             let batch = efficient_batch(o, device.kind, (fills, false), self.params.max_exec_time);
-            let cost =
-                (share as u128 * u128::from(batch.estimate) / batch.served.max(1) as u128) as Nanos;
-            work = work.saturating_add(cost);
+            work += share * batch.estimate as f64 / batch.served.max(1) as f64;
         }
-        work
+        work.min(Nanos::MAX as f64) as Nanos
     }
 }
