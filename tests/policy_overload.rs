@@ -236,6 +236,18 @@ proptest! {
     }
 }
 
+impl Mix {
+    /// The testbed's reports with the default configuration (the other models' work
+    /// counted at arrival) and with each model admitting as if it had the device alone.
+    fn shared_and_alone(&self) -> (Report, Report) {
+        let alone = PolicyConfig {
+            shared_arrival: false,
+            ..PolicyConfig::default()
+        };
+        (self.run(&PolicyConfig::default()).0, self.run(&alone).0)
+    }
+}
+
 /// Timed-out requests counted by the testbed (refused after they were admitted).
 fn timed_out(report: &Report) -> usize {
     report.refused.get("timed_out").copied().unwrap_or(0)
@@ -249,13 +261,7 @@ fn timed_out(report: &Report) -> usize {
 /// to come left out (`to_come` 0 in `shared.rs`: 2,143 served, fewer than alone).
 #[test]
 fn other_models_work_counted_at_arrival_refuses_there_what_would_time_out() {
-    let mix = zoo_like();
-    let (shared, _) = mix.run(&PolicyConfig::default());
-    let alone = PolicyConfig {
-        shared_arrival: false,
-        ..PolicyConfig::default()
-    };
-    let (alone, _) = mix.run(&alone);
+    let (shared, alone) = zoo_like().shared_and_alone();
     assert_eq!(shared.late, 0, "{shared:?}");
     assert!(
         timed_out(&shared) * 3 < timed_out(&alone),
@@ -283,12 +289,7 @@ fn on_a_batching_device_counting_the_others_serves_as_much() {
         n: 20_000,
         seed: 3,
     };
-    let (shared, _) = mix.run(&PolicyConfig::default());
-    let alone = PolicyConfig {
-        shared_arrival: false,
-        ..PolicyConfig::default()
-    };
-    let (alone, _) = mix.run(&alone);
+    let (shared, alone) = mix.shared_and_alone();
     assert_eq!(shared.late, 0, "{shared:?}");
     assert!(
         shared.completed * 1000 >= alone.completed * 995,

@@ -37,18 +37,9 @@ impl ClockworkPolicy {
             // first (see `refresh_margins`).
             self.refresh_margins(now);
         }
+        let (deadline, latest) = self.internal_bounds(request);
         let model = &self.models[request.model.0 as usize];
         let p = &self.params;
-        // Keep a buffer for estimate error (learned per device, see `rewiden_buffer`), but
-        // never plan past the objective itself.
-        let buffer = self.buffer;
-        let floor = if self.learned {
-            0
-        } else {
-            request.slo.min(p.schedule_ahead + buffer)
-        };
-        let window = request.slo.saturating_sub(buffer).max(floor);
-        let (deadline, latest) = bounds(request.arrival.saturating_add(window), request, buffer);
         let items = request.items();
         let Some(alone) = cover(&model.batches, items) else {
             // More items than its largest batch: no plan can ever run it (the controller
@@ -101,14 +92,27 @@ impl ClockworkPolicy {
             demand,
             items,
         };
-        let m = &mut self.models[request.model.0 as usize];
-        m.admitted.record(now);
-        if request.latest_finish.is_none() {
-            // A direct request's: a pipeline's sub-request has only what its root left.
-            m.objective = deadline.saturating_sub(request.arrival);
-        }
+        let direct = request.latest_finish.is_none();
+        let objective = direct.then(|| deadline.saturating_sub(request.arrival));
+        self.models[request.model.0 as usize]
+            .flow
+            .admitted(now, objective);
         // Enqueueing re-ranks the model, with its new rate.
         self.enqueue(request.model, item);
+    }
+
+    /// A request's internal deadline and latest useful finish: its objective less a
+    /// buffer for estimate error (learned per device, see `rewiden_buffer`), but never
+    /// planned past the objective itself.
+    fn internal_bounds(&self, request: Request) -> (Nanos, Nanos) {
+        let buffer = self.buffer;
+        let floor = if self.learned {
+            0
+        } else {
+            request.slo.min(self.params.schedule_ahead + buffer)
+        };
+        let window = request.slo.saturating_sub(buffer).max(floor);
+        bounds(request.arrival.saturating_add(window), request, buffer)
     }
 
     /// Whether a request of `model` with (internal deadline, items, whether other models'

@@ -108,8 +108,9 @@ impl ClockworkPolicy {
             self.models[model.0 as usize].queue = queue;
             self.models[model.0 as usize].expiry = None;
             self.queued -= expired.len();
-            let n = expired.len().try_into().unwrap_or(u32::MAX);
-            self.models[model.0 as usize].dropped.add(now, n);
+            self.models[model.0 as usize]
+                .flow
+                .dropped(now, expired.len());
             Self::answer(plan, expired, Verdict::Refused(Refusal::TimedOut));
             // Re-arms for the new front (or the same one, if estimates moved).
             self.queue_changed(model, None);
@@ -208,8 +209,7 @@ impl ClockworkPolicy {
             .queue
             .take_fitting(p.early_drop.then_some(start + expected), size);
         self.queued -= requests.len();
-        m.planned
-            .add(now, requests.len().try_into().unwrap_or(u32::MAX));
+        m.flow.planned(now, requests.len());
         if requests.is_empty() {
             // Nothing it could serve in time (the front was judged by its latest finish).
             return;
@@ -285,8 +285,9 @@ impl ClockworkPolicy {
             hopeless.extend(self.models[model.0 as usize].queue.pop_front());
         }
         self.queued -= hopeless.len();
-        let n = hopeless.len().try_into().unwrap_or(u32::MAX);
-        self.models[model.0 as usize].dropped.add(now, n);
+        self.models[model.0 as usize]
+            .flow
+            .dropped(now, hopeless.len());
         Self::answer(plan, hopeless, Verdict::Refused(Refusal::TimedOut));
     }
 

@@ -144,16 +144,9 @@ struct ModelState {
     missed: u64,
     /// Its arrivals (admitted or refused at once), for the replicas its rate needs.
     rate: RateMeter,
-    /// Its admitted requests, and the time the last direct one had from its arrival to
-    /// its internal deadline: with `shared_arrival`, the work its requests still to come
-    /// will put ahead of other models' requests due later (`shared.rs`).
-    admitted: RateMeter,
-    objective: Nanos,
-    /// Its requests taken into batches, and those refused after they were admitted (they
-    /// waited until no batch could finish them): of what leaves its queue, the share
-    /// served rather than timed out.
-    planned: RateMeter,
-    dropped: RateMeter,
+    /// What its queue took in and gave out lately, for the other models' projections on
+    /// the devices it shares (`shared.rs`).
+    flow: shared::Flow,
     /// Replicas a planner asked for ahead of its traffic (`Policy::set_replica_floor`).
     floor: u32,
 }
@@ -381,10 +374,7 @@ impl Policy for ClockworkPolicy {
             measured_at: 0,
             missed: 0,
             rate: RateMeter::default(),
-            admitted: RateMeter::default(),
-            objective: 0,
-            planned: RateMeter::default(),
-            dropped: RateMeter::default(),
+            flow: shared::Flow::default(),
             floor: 0,
         });
         // Registered and on no device: a candidate for loading into free pages.

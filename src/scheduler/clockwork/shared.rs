@@ -23,6 +23,7 @@
 //! (`admit.rs`). On by default (`PolicyConfig::shared_arrival`).
 
 use super::admit::efficient_batch;
+use super::rate::RateMeter;
 use super::ClockworkPolicy;
 use crate::model::ModelId;
 use crate::scheduler::device::DeviceMirror;
@@ -31,6 +32,53 @@ use crate::time::Nanos;
 /// Other resident models a projection looks at on one device: bounds the cost of an
 /// arrival on a device that holds very many models (past them the count is only lower).
 const MAX_OTHERS: usize = 64;
+
+/// What a model's queue took in and gave out over the last [`super::rate::WINDOW`], for
+/// the other models' projections on the devices it shares ([`ClockworkPolicy::others_ahead`]).
+#[derive(Clone, Debug, Default)]
+pub(super) struct Flow {
+    /// Requests admitted.
+    admitted: RateMeter,
+    /// The time its last direct request had from its arrival to its internal deadline.
+    objective: Nanos,
+    /// Requests taken into batches.
+    planned: RateMeter,
+    /// Requests refused after they were admitted: they waited until no batch could
+    /// finish them.
+    dropped: RateMeter,
+}
+
+impl Flow {
+    /// A request was admitted at `now`; `objective`, a direct request's time from arrival
+    /// to its internal deadline (a pipeline's sub-request has only what its root left,
+    /// which says nothing of the requests to come).
+    pub(super) fn admitted(&mut self, now: Nanos, objective: Option<Nanos>) {
+        self.admitted.record(now);
+        if let Some(objective) = objective {
+            self.objective = objective;
+        }
+    }
+
+    /// `n` of its requests were taken into a batch at `now`.
+    pub(super) fn planned(&mut self, now: Nanos, n: usize) {
+        self.planned.add(now, n.try_into().unwrap_or(u32::MAX));
+    }
+
+    /// `n` of its requests were refused at `now` after waiting.
+    pub(super) fn dropped(&mut self, now: Nanos, n: usize) {
+        self.dropped.add(now, n.try_into().unwrap_or(u32::MAX));
+    }
+
+    /// Of what left its queue, the share served rather than refused after waiting (1
+    /// while nothing has left it).
+    fn served(&self, now: Nanos) -> f64 {
+        let (planned, dropped) = (self.planned.count(now), self.dropped.count(now));
+        match planned + dropped {
+            0 => 1.0,
+            left => planned as f64 / left as f64,
+        }
+    }
+}
 
 impl ClockworkPolicy {
     /// Device time on `device` that resident models other than `model` will take before
@@ -57,18 +105,13 @@ impl ClockworkPolicy {
             let expiring = o
                 .queue
                 .items_before(from.saturating_add(self.best_single(other)));
-            // Of what leaves its queue, the share it serves: under overload some of its
-            // queue will time out rather than run.
-            let (planned, dropped) = (o.planned.count(now), o.dropped.count(now));
-            let served = match planned + dropped {
-                0 => 1.0,
-                left => planned as f64 / left as f64,
-            };
+            // Under overload some of its queue will time out rather than run.
+            let served = o.flow.served(now);
             // Requests to come that it will serve and that will be due before the new
             // one: those it admits before `deadline - objective`.
-            let rate = o.admitted.per_second(now) * served;
-            let coming = deadline.saturating_sub(now.saturating_add(o.objective));
-            let to_come = if o.objective == 0 {
+            let (rate, objective) = (o.flow.admitted.per_second(now) * served, o.flow.objective);
+            let coming = deadline.saturating_sub(now.saturating_add(objective));
+            let to_come = if objective == 0 {
                 0.0
             } else {
                 rate * coming as f64 / 1e9
