@@ -85,7 +85,7 @@ impl DeviceMetrics {
             outages: counter(
                 r,
                 "clockwork_device_outages",
-                "Times a device was taken out of service, by cause (hung, failing, crashed)",
+                "Times a device was taken out of service, by cause (hung, failing, crashed, slow)",
                 &["cause"],
             )?,
             out: registered(
