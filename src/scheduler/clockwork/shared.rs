@@ -126,8 +126,8 @@ impl ClockworkPolicy {
             // before the new request's deadline: costed at the batch they all fill, not
             // the smaller one the requests due first would.
             let later = rate * deadline.saturating_sub(now) as f64 / 1e9;
-            let queued = o.queue.items().saturating_sub(expiring) as f64 * served + later;
-            let fills = (queued / replicas).max(share).ceil() as usize;
+            let filling = o.queue.items().saturating_sub(expiring) as f64 * served + later;
+            let fills = (filling / replicas).max(share).ceil() as usize;
             let batch = efficient_batch(o, device.kind, (fills, false), self.params.max_exec_time);
             work += share * batch.estimate as f64 / batch.served.max(1) as f64;
         }
