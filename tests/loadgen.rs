@@ -131,3 +131,23 @@ async fn arrivals_beyond_the_in_flight_bound_are_counted_and_never_sent() {
         "the server saw exactly the requests sent: {run:?}"
     );
 }
+
+/// A kept connection the server closed while the load generator's thread was busy (its
+/// reactor never saw the close) is not used again: the setup calls still succeed. Found
+/// in CI, where preparing resnet50's bodies in a debug build on a loaded machine took
+/// longer than the server's 5 s keep-alive, and the next model's metadata came back
+/// "connector has been disconnected".
+///
+/// Mutation that breaks it: `conn_keep_alive(IDLE_REUSE)` and the retry in `get_json`
+/// both removed (either alone keeps it passing).
+#[actix_web::test]
+async fn a_connection_the_server_closed_while_the_client_was_busy_is_not_reused() {
+    let server = api_support::start_default().await;
+    let http = loadgen::client(Duration::from_secs(10), 4);
+    let first = loadgen::ready_models(&http, &server.base).await;
+    assert!(first.is_ok(), "{first:?}");
+    // Busy past the server's keep-alive (actix-web's 5 s), the reactor not polled.
+    std::thread::sleep(Duration::from_millis(5_600));
+    let again = loadgen::ready_models(&http, &server.base).await;
+    assert!(again.is_ok(), "{again:?}");
+}

@@ -186,23 +186,46 @@ fn error_kind(json: &[u8]) -> Sent {
 /// An HTTP client with a timeout suited to inference and up to `connections` open
 /// connections (awc's default of 100 made arrivals beyond it wait for one inside the
 /// client, and that wait was counted as the server's latency).
+///
+/// Connections idle longer than [`IDLE_REUSE`] are not reused. awc keeps them 15 s by
+/// default, longer than many servers do (actix-web closes them after 5 s), and it checks
+/// a kept connection for the server's close only through the reactor's readiness: after
+/// the thread was busy (preparing a large model's bodies took over 5 s in a debug build on
+/// a loaded machine), the close had not been seen, the request went out on the closed
+/// connection and came back "connector has been disconnected".
 pub fn client(timeout: Duration, connections: usize) -> Client {
-    let connector = Connector::new().limit(connections).timeout(timeout);
+    let connector = Connector::new()
+        .limit(connections)
+        .timeout(timeout)
+        .conn_keep_alive(IDLE_REUSE);
     Client::builder()
         .connector(connector)
         .timeout(timeout)
         .finish()
 }
 
+/// How long an idle connection may wait for its next request (below the 5 s after which
+/// actix-web, and so the server, closes it).
+const IDLE_REUSE: Duration = Duration::from_secs(2);
+
+/// GETs `url` (or POSTs `{}` to it) and reads its JSON answer. These calls are idempotent:
+/// one that finds its connection closed by the server before any answer came is sent
+/// again, once, on a new one.
 async fn get_json(client: &Client, url: &str, post: bool) -> Result<Value, ClientError> {
     let http = |e: &dyn std::fmt::Display| ClientError::Http {
         url: url.to_owned(),
         message: e.to_string(),
     };
-    let mut response = if post {
-        client.post(url).send_body("{}").await
-    } else {
-        client.get(url).send().await
+    let send = || async {
+        if post {
+            client.post(url).send_body("{}").await
+        } else {
+            client.get(url).send().await
+        }
+    };
+    let mut response = match send().await {
+        Err(SendRequestError::Connect(ConnectError::Disconnected)) => send().await,
+        sent => sent,
     }
     .map_err(|e| http(&e))?;
     let body = response
