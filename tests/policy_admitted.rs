@@ -193,10 +193,14 @@ proptest! {
 
     /// On exact devices, at any load and mix of objectives: the check never leaves more
     /// of the loosest requests (those that later, tighter ones are queued ahead of)
-    /// refused after waiting, costs hardly any served request, and where the loosest
-    /// objective is at least twice the tightest and 40 ms, refuses at most one in fifty
+    /// refused after waiting (give or take one in a hundred), costs hardly any served request, and where the loosest
+    /// objective is at least twice every other and 40 ms, refuses at most one in fifty
     /// of them after waiting. (With objectives this close to a batch's run, the batch
-    /// choice itself skips requests, whatever their place: that is not this check's.)
+    /// choice itself skips requests, whatever their place: that is not this check's.
+    /// Nor is an objective close to the loosest: at 3.7 times one device's capacity with
+    /// objectives of 14, 52 and 58 ms, the 52 ms requests overtake the 58 ms ones by less
+    /// than a batch's run each, every push within what the check lets pass, and 2-3% of
+    /// the 58 ms ones time out after waiting, against 8-11% without it.)
     #[test]
     fn requests_queued_behind_later_ones_are_not_refused_after_waiting(
         devices in 1usize..=2,
@@ -222,11 +226,17 @@ proptest! {
         prop_assert!(violations.is_empty(), "{:?}", violations);
         prop_assert_eq!(protected.report.late, 0);
         let (loose, was) = (protected.classes[1], open.classes[1]);
-        prop_assert!(loose.after_waiting <= was.after_waiting, "{:?} {:?}", protected, open);
+        let offered = loose.served + loose.on_arrival + loose.after_waiting;
+        // Within one in a hundred: objectives within a batch's run of each other (54 and
+        // 55 ms) gave 62 against 61, the batches merely falling otherwise.
+        prop_assert!(
+            loose.after_waiting * 100 <= was.after_waiting * 100 + offered,
+            "{:?} {:?}", protected, open
+        );
         prop_assert!(protected.served() * 100 >= open.served() * 95, "{:?} {:?}", protected, open);
-        let (tightest, loosest) = (slos.iter().min().unwrap_or(&0), slos.iter().max().unwrap_or(&0));
-        if *loosest >= 2 * tightest && *loosest >= 40 {
-            let offered = loose.served + loose.on_arrival + loose.after_waiting;
+        let loosest = slos.iter().copied().max().unwrap_or(0);
+        let next = slos.iter().copied().filter(|&s| s < loosest).max().unwrap_or(loosest);
+        if loosest >= 2 * next && loosest >= 40 {
             prop_assert!(loose.after_waiting * 50 <= offered, "{:?} {:?}", protected, open);
         }
     }
