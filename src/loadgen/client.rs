@@ -187,7 +187,7 @@ fn error_kind(json: &[u8]) -> Sent {
 /// connections (awc's default of 100 made arrivals beyond it wait for one inside the
 /// client, and that wait was counted as the server's latency).
 ///
-/// Connections idle longer than [`IDLE_REUSE`] are not reused. awc keeps them 15 s by
+/// Connections idle longer than `IDLE_REUSE` (2 s) are not reused. awc keeps them 15 s by
 /// default, longer than many servers do (actix-web closes them after 5 s), and it checks
 /// a kept connection for the server's close only through the reactor's readiness: after
 /// the thread was busy (preparing a large model's bodies took over 5 s in a debug build on
