@@ -347,3 +347,31 @@ fn a_device_that_hangs_again_and_again_is_kept_out_until_a_probe() {
         run.health
     );
 }
+
+/// The slow-device table of docs/RELIABILITY.md, from this code: device 0 slower by each
+/// factor for a second, at 600 requests/s (the other device serves them alone) and 1200:
+/// `cargo test --release --test faults -q -- --ignored --nocapture | grep '^|' |
+/// scripts/doc_table.py docs/RELIABILITY.md s14-slow`.
+#[test]
+#[ignore]
+fn table_of_slow_factors() {
+    println!("| requests/s | slower by | outages hung + slow | actions given up | refused | served | latest past its deadline (ms) |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    for (rate, every) in [(600, HALF), (1200, FULL)] {
+        for factor in [1.5, 2.0, 3.0, 4.0, 8.0] {
+            let run = run_every(slow(factor), every);
+            let (hung, slow) = (outages(&run, OutCause::Hung), outages(&run, OutCause::Slow));
+            let given_up = value(
+                &run.metrics,
+                "clockwork_device_faults{device=\"0\",kind=\"overdue\"}",
+            );
+            let t = &run.tally;
+            println!(
+                "| {rate} | {factor}x | {hung} + {slow} | {given_up} | {} | {} | {:.2} |",
+                t.refused,
+                t.ok,
+                t.worst_overrun as f64 / MS as f64
+            );
+        }
+    }
+}

@@ -278,18 +278,7 @@ fn other_models_work_counted_at_arrival_refuses_there_what_would_time_out() {
 /// served against 9,986 without counting; with the share, 9,967).
 #[test]
 fn on_a_batching_device_counting_the_others_serves_as_much() {
-    let model = Model {
-        base: 3 * MS,
-        growth: 0.4,
-        slo: 100 * MS,
-    };
-    let mix = Mix {
-        models: vec![model; 8],
-        load: 7.0,
-        n: 20_000,
-        seed: 3,
-    };
-    let (shared, alone) = mix.shared_and_alone();
+    let (shared, alone) = batching().shared_and_alone();
     assert_eq!(shared.late, 0, "{shared:?}");
     assert!(
         shared.completed * 1000 >= alone.completed * 995,
@@ -299,4 +288,51 @@ fn on_a_batching_device_counting_the_others_serves_as_much() {
         timed_out(&shared) < timed_out(&alone),
         "{shared:?} {alone:?}"
     );
+}
+
+/// Eight models of a GPU's shape (batch 8 in 2.3 times batch 1) at load 7.
+fn batching() -> Mix {
+    let model = Model {
+        base: 3 * MS,
+        growth: 0.4,
+        slo: 100 * MS,
+    };
+    Mix {
+        models: vec![model; 8],
+        load: 7.0,
+        n: 20_000,
+        seed: 3,
+    }
+}
+
+/// The table "In virtual time" of docs/EXPERIMENTS.md, from this code:
+/// `cargo test --release --test policy_overload -q -- --ignored --nocapture | grep '^|' |
+/// scripts/doc_table.py docs/EXPERIMENTS.md s14-virtual`.
+#[test]
+#[ignore]
+fn table_of_the_two_mixes() {
+    println!("| mix | counted | served in time | refused at arrival | refused after waiting |");
+    println!("| --- | --- | --- | --- | --- |");
+    let mixes = [
+        ("zoo-like at 5x (1, 2, 8 ms; 50, 100, 200 ms)", zoo_like()),
+        (
+            "8 models batching (batch 8 in 2.3 x batch 1), load 7",
+            batching(),
+        ),
+    ];
+    for (name, mix) in mixes {
+        let (shared, alone) = mix.shared_and_alone();
+        for (counted, r) in [
+            ("alone", alone),
+            ("queued and to come, at the share served", shared),
+        ] {
+            let name = if counted == "alone" { name } else { "" };
+            println!(
+                "| {name} | {counted} | {} | {} | {} |",
+                r.completed,
+                r.refused_on_arrival,
+                timed_out(&r)
+            );
+        }
+    }
 }
