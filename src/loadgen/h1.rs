@@ -21,7 +21,8 @@ use actix_web::web::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::client::{send_awc, NoAnswer, Prepared, Reply};
+use super::answer::{NoAnswer, Reply};
+use super::client::{send_awc, Prepared};
 use crate::time::Nanos;
 
 /// How inference requests go out: this module's client over plain TCP, or awc (HTTPS,

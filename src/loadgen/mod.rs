@@ -10,6 +10,7 @@
 //! report (loads, batches, prediction error) are not visible to a client and stay zero;
 //! the server's `/metrics` has them.
 
+mod answer;
 mod client;
 mod h1;
 pub mod timing;
@@ -23,9 +24,8 @@ use std::time::{Duration, Instant};
 use actix_web::rt::task::JoinHandle;
 use indicatif::{ProgressBar, ProgressStyle};
 
-pub use client::{
-    client, prepare, ready_models, ClientError, NoAnswer, Prepared, Reply, Sent, NO_ANSWER,
-};
+pub use answer::{NoAnswer, Reply, Sent, NO_ANSWER};
+pub use client::{client, prepare, ready_models, ClientError, Prepared};
 pub use h1::{send, Transport};
 
 use crate::report::{Recorder, Report};
