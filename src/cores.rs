@@ -5,8 +5,8 @@
 //! request decoded on the same core delays the batch that runs there, and the plan that
 //! counted on its estimate is late. So the cores are split once, at start: [`plan`] is the
 //! pure rule (which core each device gets, which the front end keeps, how many devices
-//! `count = "auto"` means), [`Machine::detect`] and [`pin_current`] are the only places
-//! that ask or tell the operating system.
+//! `count = "auto"` means), [`Machine::detect`], [`pin_current`] and [`lower_current`]
+//! are the only places that ask or tell the operating system.
 
 use std::fmt;
 
@@ -225,6 +225,33 @@ pub fn name_current(what: &str) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = what;
+}
+
+/// Lowers the calling thread's scheduling priority to `nice` (Linux: a thread's nice
+/// value is its own); false if the system refused. For throughput work that shares a core
+/// with latency-critical threads: a higher nice value gives way to them whenever they wake.
+pub fn lower_current(nice: i32) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid takes nothing and cannot fail; setpriority only reads its three
+        // integer arguments (PRIO_PROCESS with a thread id names that one thread).
+        let lowered = unsafe {
+            let tid = libc::gettid();
+            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) == 0
+        };
+        if !lowered {
+            tracing::warn!(
+                nice,
+                "cannot lower the thread's priority; running at the default"
+            );
+        }
+        lowered
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = nice;
+        false
+    }
 }
 
 #[cfg(test)]
