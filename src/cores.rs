@@ -228,16 +228,18 @@ pub fn name_current(what: &str) {
 }
 
 /// Lowers the calling thread's scheduling priority to `nice` (Linux: a thread's nice
-/// value is its own); false if the system refused. For throughput work that shares a core
-/// with latency-critical threads: a higher nice value gives way to them whenever they wake.
+/// value is its own), never raising it (a server started under a higher nice value keeps
+/// it); false if the system refused. For throughput work that shares a core with
+/// latency-critical threads: a higher nice value gives way to them whenever they wake.
 pub fn lower_current(nice: i32) -> bool {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: gettid takes nothing and cannot fail; setpriority only reads its three
-        // integer arguments (PRIO_PROCESS with a thread id names that one thread).
+        // SAFETY: gettid takes nothing and cannot fail; getpriority and setpriority only
+        // read their integer arguments (PRIO_PROCESS with a thread id names that thread).
         let lowered = unsafe {
-            let tid = libc::gettid();
-            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) == 0
+            let tid = libc::gettid() as libc::id_t;
+            let now = libc::getpriority(libc::PRIO_PROCESS, tid);
+            now >= nice || libc::setpriority(libc::PRIO_PROCESS, tid, nice) == 0
         };
         if !lowered {
             tracing::warn!(
