@@ -242,10 +242,7 @@ pub fn lower_current(nice: i32) -> bool {
             now >= nice || libc::setpriority(libc::PRIO_PROCESS, tid, nice) == 0
         };
         if !lowered {
-            tracing::warn!(
-                nice,
-                "cannot lower the thread's priority; running at the default"
-            );
+            tracing::warn!(nice, "cannot lower the thread's priority; it keeps its own");
         }
         lowered
     }

@@ -322,11 +322,11 @@ fn table_of_the_two_mixes() {
     ];
     for (name, mix) in mixes {
         let (shared, alone) = mix.shared_and_alone();
-        for (counted, r) in [
-            ("alone", alone),
-            ("queued and to come, at the share served", shared),
-        ] {
-            let name = if counted == "alone" { name } else { "" };
+        let rows = [
+            (name, "alone", alone),
+            ("", "queued and to come, at the share served", shared),
+        ];
+        for (name, counted, r) in rows {
             println!(
                 "| {name} | {counted} | {} | {} | {} |",
                 r.completed,
