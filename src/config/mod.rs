@@ -354,6 +354,14 @@ pub struct PolicyConfig {
     /// with it); with objectives within a few runs of a batch it may serve a few percent
     /// fewer (docs/EXPERIMENTS.md, "Admitted requests keep their place").
     pub protect_admitted: bool,
+    /// Plan a device that runs much slower than the other devices of its kind at its own
+    /// pace: once its last 3 runs each took at least 1.5 times its kind's mean, its
+    /// estimates are scaled by the least of those ratios, and its runs are scaled back
+    /// before its kind learns them (`scheduler::estimate::Slowdown`). Without it, such a
+    /// device (throttled, its core taken by another process) is planned at its kind's
+    /// pace: its actions overrun their plans until the watchdog takes it out as slow, and
+    /// its slow runs raise its healthy peers' estimates (docs/RELIABILITY.md, "Faults").
+    pub device_slowdown: bool,
     /// Horizon over which a queued request's demand for a device is counted when deciding
     /// which model to load: a request needs its batch-1 time within this much device time.
     #[serde(with = "humantime_serde")]
@@ -388,6 +396,7 @@ impl Default for PolicyConfig {
             drift_margin: false,
             shared_arrival: true,
             protect_admitted: false,
+            device_slowdown: true,
             load_budget: ms(25),
             max_batch: 16,
             max_exec_time: ms(250),

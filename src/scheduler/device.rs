@@ -11,7 +11,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 pub use super::estimate::{Expected, Planned};
 
-use super::estimate::Margins;
+use super::estimate::{Learn, Margins, Slowdown, SlowdownMeter};
 use super::ids::IdMap;
 use super::Measured;
 
@@ -117,6 +117,29 @@ pub struct Residency {
 /// batch may start. Entries go stale when the model's queue changes and are skipped then.
 pub type StrategyEntry = Reverse<(Nanos, ModelId)>;
 
+/// Where a device's runs are estimated from: its kind's estimates, at its slowdown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Runs {
+    /// Index of the device kind.
+    pub kind: usize,
+    /// How many times longer than its kind the device runs now.
+    pub slowdown: Slowdown,
+}
+
+impl Runs {
+    /// A device of `kind` that runs as its kind.
+    pub fn of_kind(kind: usize) -> Self {
+        Self {
+            kind,
+            slowdown: Slowdown::NONE,
+        }
+    }
+}
+
+/// An INFER a device ran, as its slowdown meter holds it for its kind to learn: its model
+/// and batch index (`None`: a late report, which its kind does not learn).
+pub type RunOf = Option<(ModelId, usize)>;
+
 /// Everything the policy tracks about one device.
 #[derive(Debug)]
 pub struct DeviceMirror {
@@ -153,6 +176,8 @@ pub struct DeviceMirror {
     learned_lag: Option<Nanos>,
     /// When its margins last learned from a report.
     taught_at: Nanos,
+    /// How much slower than its kind its runs have been lately (`estimate::Slowdown`).
+    slowdown: SlowdownMeter<RunOf>,
 }
 
 impl DeviceMirror {
@@ -173,7 +198,27 @@ impl DeviceMirror {
             learned_lag: margins.learned_lag(),
             margins,
             taught_at: 0,
+            slowdown: SlowdownMeter::default(),
         }
+    }
+
+    /// Where its runs are estimated from: its kind, at its slowdown.
+    pub fn runs(&self) -> Runs {
+        Runs {
+            kind: self.kind,
+            slowdown: self.slowdown.get(),
+        }
+    }
+
+    /// Learns its slowdown from `run`, an INFER that took `took` where its kind's quickest
+    /// recent run of that batch took `quickest`; answers what its kind learns now
+    /// (`estimate::SlowdownMeter::observe`).
+    pub fn learn_slowdown(
+        &mut self,
+        run: (RunOf, Nanos),
+        quickest: Nanos,
+    ) -> impl Iterator<Item = Learn<RunOf>> + '_ {
+        self.slowdown.observe(run, quickest)
     }
 
     /// The lanes' timing on this device: its learned lag (the configured one until

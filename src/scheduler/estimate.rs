@@ -15,15 +15,18 @@
 //! of its report back). The policy plans with these instead of fixed constants, so that a
 //! device with exact timing is planned up to its limit while a noisy one keeps a margin.
 //! It also learns the device's [`Drift`], how far stretches of runs fall behind their
-//! means, which admission may keep as a margin (`PolicyConfig::drift_margin`).
+//! means, which admission may keep as a margin (`PolicyConfig::drift_margin`), and its
+//! [`Slowdown`]: how many times longer than its kind it runs now, if much longer.
 
 use std::collections::VecDeque;
 
 mod drift;
+mod slowdown;
 
 use crate::protocol::Measured;
 use crate::time::Nanos;
 pub use drift::Drift;
+pub use slowdown::{Learn, Slowdown, SlowdownMeter};
 
 /// Sliding-window percentile of measured durations.
 #[derive(Clone, Debug)]
@@ -148,6 +151,25 @@ impl Estimator {
         let at = self.sorted.partition_point(|&v| v < measured);
         self.sorted.insert(at, measured);
         self.update();
+    }
+}
+
+impl Estimator {
+    /// Revises the latest measurement of `old` in the window to `new` (a run found later
+    /// to have been slowed by its device, `Slowdown`); answers whether it was there (it
+    /// may have left the window, or the estimator been reseeded).
+    pub fn revise(&mut self, old: Nanos, new: Nanos) -> bool {
+        if self.seeded {
+            return false;
+        }
+        let Some(at) = self.recent.iter().rposition(|&v| v == old) else {
+            return false;
+        };
+        self.recent[at] = new;
+        self.sum = self.sum - u128::from(old) + u128::from(new);
+        replace_sorted(&mut self.sorted, old, new);
+        self.settle();
+        true
     }
 }
 
@@ -400,6 +422,37 @@ mod tests {
                 let mean = recent.iter().sum::<u64>() / recent.len() as u64;
                 proptest::prop_assert_eq!(e.mean(), mean);
             }
+        }
+    }
+
+    proptest::proptest! {
+        /// A revision leaves the window as if the revised value had been measured in its
+        /// place.
+        #[test]
+        fn a_revision_is_as_if_measured_so(
+            window in 1usize..12,
+            percentile in 0.0f64..=100.0,
+            values in proptest::collection::vec(0u64..8, 1..40),
+            pick in 0usize..40,
+            new in 0u64..8,
+        ) {
+            let mut e = Estimator::new(0, window, percentile);
+            values.iter().for_each(|&v| e.observe(v));
+            let kept = &values[values.len().saturating_sub(window)..];
+            let old = kept[pick % kept.len()];
+            proptest::prop_assert!(e.revise(old, new));
+            let mut as_if = kept.to_vec();
+            let last = as_if.iter().rposition(|&v| v == old).unwrap_or(0);
+            as_if[last] = new;
+            let mut fresh = Estimator::new(0, window, percentile);
+            as_if.iter().for_each(|&v| fresh.observe(v));
+            proptest::prop_assert!(e.recent.iter().eq(fresh.recent.iter()));
+            proptest::prop_assert_eq!(&e.sorted, &fresh.sorted);
+            proptest::prop_assert_eq!(
+                (e.get(), e.mean(), e.least()),
+                (fresh.get(), fresh.mean(), fresh.least())
+            );
+            proptest::prop_assert!(!e.revise(9, 1), "a value not in the window");
         }
     }
 

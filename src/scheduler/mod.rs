@@ -221,6 +221,9 @@ pub struct DeviceSnapshot {
     pub suspect: bool,
     /// It was taken out for good (`Policy::remove_device`: its worker was lost).
     pub gone: bool,
+    /// How many times longer than its kind's estimates it is planned, in thousandths
+    /// (1000: as its kind; `estimate::Slowdown`).
+    pub slowdown: u32,
 }
 
 /// A scheduling policy: the controller's brain.
@@ -237,6 +240,10 @@ pub trait Policy {
     fn admit(&mut self, request: Request, now: Nanos, plan: &mut Plan);
     /// Learns from the report of an action it planned.
     fn observe(&mut self, outcome: Outcome, now: Nanos, plan: &mut Plan);
+    /// Learns what it can from the report of an action it was told had failed as
+    /// `Overdue` (the watchdog gave up on it, and its requests were planned again): how
+    /// long it really ran on its device. Nothing is answered or planned from it.
+    fn observe_late(&mut self, _action: ActionId, _run: &Measured) {}
     /// Marks a device suspect (an action on it is overdue: plan nothing more on it) or
     /// healthy again (it reported). What is resident on it stays as the mirror has it.
     fn set_suspect(&mut self, device: DeviceId, suspect: bool);

@@ -22,6 +22,7 @@ use super::{
 };
 use crate::config::PolicyConfig;
 use crate::model::{ActionId, DeviceId, ModelId, RequestId};
+use crate::scheduler::estimate::Slowdown;
 use crate::time::Nanos;
 
 /// A waiting request: id, arrival and when its answer is due.
@@ -471,6 +472,8 @@ impl Policy for ReactivePolicy {
                     load_free_at: Device::free_at(d.load_busy, d.load_until, now),
                     suspect: d.suspect,
                     gone: d.gone,
+                    // Planned from its kind's estimates alone.
+                    slowdown: Slowdown::NONE.thousandths(),
                 })
                 .collect(),
             ready_replicas: self.ready_replicas(),

@@ -92,11 +92,16 @@ impl Controller {
             Settled::Late(given_up) => {
                 tracing::info!(
                     action = report.action.0,
-                    "late report of an action failed as overdue: ignored"
+                    "late report of an action failed as overdue: its requests were planned again"
                 );
                 if given_up.load && report.result.is_ok() {
                     // The policy counts those pages free: give them back on the device.
                     self.evict_late_load(given_up);
+                }
+                if let (false, Ok(run)) = (given_up.load, &report.result) {
+                    // How long it really took: a device slower than its kind says so
+                    // only in reports like this one.
+                    self.parts.policy.observe_late(report.action, run);
                 }
                 self.step(ctx);
                 return;

@@ -16,6 +16,7 @@
 use super::{ClockworkPolicy, ModelState, DEVICE};
 use crate::model::{DeviceId, ModelId};
 use crate::scheduler::cover;
+use crate::scheduler::device::Runs;
 use crate::scheduler::estimate::Estimator;
 use crate::scheduler::queue::Queued;
 use crate::scheduler::{Answer, Plan, Refusal, Request, Verdict};
@@ -202,7 +203,7 @@ impl ClockworkPolicy {
         let m = &self.models[model.0 as usize];
         let lanes = self.params.lanes;
         let mut replicas = Replicas {
-            free: [(0, 0); MAX_PROJECTED],
+            free: [(0, Runs::of_kind(0)); MAX_PROJECTED],
             len: 0,
             base: Nanos::MAX,
             idle: false,
@@ -233,7 +234,7 @@ impl ClockworkPolicy {
                 at = at.saturating_add(self.others_ahead(device, model, window));
             }
             replicas.idle |= at <= now.saturating_add(timing.expected_lag);
-            replicas.free[replicas.len] = (at, device.kind);
+            replicas.free[replicas.len] = (at, device.runs());
             replicas.len += 1;
         }
         Some(replicas)
@@ -277,8 +278,8 @@ pub(super) struct Newcomer {
 
 /// The replicas a projection runs on (`ClockworkPolicy::replicas_free`).
 pub(super) struct Replicas {
-    /// (When it could start, its device kind), for the first `len`.
-    free: [(Nanos, usize); MAX_PROJECTED],
+    /// (When it could start, where its runs are estimated from), for the first `len`.
+    free: [(Nanos, Runs); MAX_PROJECTED],
     len: usize,
     /// The soonest any of them frees of its own planned work (other models' queued work
     /// not counted).
@@ -289,8 +290,8 @@ pub(super) struct Replicas {
 }
 
 impl Replicas {
-    /// Each replica's (start, kind), to be advanced as batches are given to it.
-    pub(super) fn free(&mut self) -> &mut [(Nanos, usize)] {
+    /// Each replica's (start, runs), to be advanced as batches are given to it.
+    pub(super) fn free(&mut self) -> &mut [(Nanos, Runs)] {
         &mut self.free[..self.len]
     }
 }
@@ -307,7 +308,7 @@ pub(super) struct Rules {
     pub(super) at_mean: bool,
 }
 
-/// When replicas free at `free` (time, device kind) finish `remaining` items of `m`, each
+/// When replicas free at `free` (time, where their runs are estimated from) finish `remaining` items of `m`, each
 /// taking the next most efficient batch when it frees (`pad`: see [`efficient_batch`]);
 /// once the soonest free replica is past the rules' bound, that time. `None` without
 /// replicas.
@@ -319,7 +320,7 @@ pub(super) struct Rules {
 /// the new request, keeps the estimate: it is what the plan will check when it starts.
 fn drain(
     m: &ModelState,
-    free: &mut [(Nanos, usize)],
+    free: &mut [(Nanos, Runs)],
     (mut remaining, pad): (usize, bool),
     rules: Rules,
 ) -> Option<Nanos> {
@@ -337,11 +338,11 @@ fn drain(
         if at > rules.bound {
             return Some(at);
         }
-        let kind = free[i].1;
+        let runs = free[i].1;
         let batch = if remaining >= largest {
-            *full[i].get_or_insert_with(|| efficient_batch(m, kind, (largest, pad), rules.max_exec))
+            *full[i].get_or_insert_with(|| efficient_batch(m, runs, (largest, pad), rules.max_exec))
         } else {
-            efficient_batch(m, kind, (remaining, pad), rules.max_exec)
+            efficient_batch(m, runs, (remaining, pad), rules.max_exec)
         };
         if remaining <= batch.served {
             return Some(at.saturating_add(batch.estimate));
@@ -367,23 +368,24 @@ pub(super) struct Batch {
 }
 
 /// The allowed batch of at most `items` items that serves the most per unit of device
-/// time on device kind `kind` (within `max_exec_time` above batch 1), by its mean (as the
-/// plan chooses its batches: `ClockworkPolicy::exec_mean`). With `pad`, the smallest batch
-/// that holds every item is a candidate too.
+/// time on a device whose runs are estimated from `runs` (within `max_exec_time` above
+/// batch 1), by its mean (as the plan chooses its batches: `ClockworkPolicy::exec_mean`).
+/// With `pad`, the smallest batch that holds every item is a candidate too.
 pub(super) fn efficient_batch(
     m: &ModelState,
-    kind: usize,
+    runs: Runs,
     (items, pad): (usize, bool),
     max_exec_time: Nanos,
 ) -> Batch {
-    let (mut best, mut at) = ((1, m.exec[kind][0].mean()), 0);
+    let (exec, slowdown) = (&m.exec[runs.kind], runs.slowdown);
+    let (mut best, mut at) = ((1, slowdown.scale(exec[0].mean())), 0);
     for (b, &size) in m.batches.iter().enumerate().skip(1) {
-        let est = m.exec[kind][b].get();
+        let est = slowdown.scale(exec[b].get());
         let covers = pad && b > 0 && m.batches[b - 1] < items as u32;
         if (size as usize > items && !covers) || est > max_exec_time {
             break;
         }
-        let (served, mean) = ((size as usize).min(items), m.exec[kind][b].mean());
+        let (served, mean) = ((size as usize).min(items), slowdown.scale(exec[b].mean()));
         // served / mean > best.0 / best.1, without division.
         if served as u128 * u128::from(best.1) >= best.0 as u128 * u128::from(mean) {
             best = (served, mean);
@@ -392,7 +394,7 @@ pub(super) fn efficient_batch(
     }
     Batch {
         served: best.0,
-        estimate: m.exec[kind][at].get(),
+        estimate: slowdown.scale(exec[at].get()),
         mean: best.1,
     }
 }

@@ -17,6 +17,7 @@
 use super::admit::{efficient_batch, Newcomer, Rules};
 use super::{ClockworkPolicy, ModelState};
 use crate::model::ModelId;
+use crate::scheduler::device::Runs;
 use crate::scheduler::queue::Queued;
 use crate::time::Nanos;
 
@@ -69,7 +70,7 @@ struct Order<A, B> {
 /// `new.alone` (it made it without the newcomer), `true` once every one behind is checked.
 fn run_behind<'q>(
     m: &ModelState,
-    free: &mut [(Nanos, usize)],
+    free: &mut [(Nanos, Runs)],
     order: Order<impl Iterator<Item = &'q Queued>, impl Iterator<Item = &'q Queued> + Clone>,
     new: Newcomer,
     rules: Rules,

@@ -1,13 +1,103 @@
 //! The devices' side of the Clockwork policy: the margins each device has learned, and
 //! what happens when a device turns suspect or leaves.
 
+use std::collections::VecDeque;
+
 use super::ClockworkPolicy;
 use crate::model::{ActionId, DeviceId, ModelId};
-use crate::scheduler::estimate::Margins;
-use crate::scheduler::{ActionError, Outcome, Plan, Policy};
+use crate::scheduler::device::RunOf;
+use crate::scheduler::estimate::{Learn, Margins};
+use crate::scheduler::{ActionError, Measured, Outcome, Plan, Policy};
 use crate::time::Nanos;
 
+/// INFERs failed as overdue kept for their late reports: a device that turned several
+/// times slower runs past the watchdog's deadline, and only its late reports say how much
+/// slower (`estimate::Slowdown`). Late reports come within a run or two; the oldest are
+/// forgotten past this many (a device that never reports again leaves nothing behind).
+const GIVEN_UP_KEPT: usize = 64;
+
+/// (action, device, model, batch index) of INFERs failed as overdue, oldest first.
+#[derive(Debug, Default)]
+pub(super) struct GivenUp(VecDeque<(ActionId, DeviceId, ModelId, usize)>);
+
+impl GivenUp {
+    /// Keeps `action`, an INFER of `model` at batch index `batch` on `device`.
+    pub(super) fn remember(
+        &mut self,
+        action: ActionId,
+        device: DeviceId,
+        model: ModelId,
+        batch: usize,
+    ) {
+        if self.0.len() == GIVEN_UP_KEPT {
+            self.0.pop_front();
+        }
+        self.0.push_back((action, device, model, batch));
+    }
+
+    /// Forgets `action`, answering where it ran.
+    fn take(&mut self, action: ActionId) -> Option<(DeviceId, ModelId, usize)> {
+        let at = self.0.iter().position(|g| g.0 == action)?;
+        self.0.remove(at).map(|(_, d, m, b)| (d, m, b))
+    }
+}
+
 impl ClockworkPolicy {
+    /// `Policy::observe_late`: an INFER failed as overdue ran `run` after all; its device
+    /// learns its slowdown from it (its kind's estimates do not: they learn runs reported
+    /// in time, as before).
+    pub(super) fn learn_late(&mut self, action: ActionId, run: &Measured) {
+        let Some((device, model, batch)) = self.given_up.take(action) else {
+            return;
+        };
+        if self.params.device_slowdown {
+            self.learn_runs(device, (model, batch), (None, run.duration));
+        }
+    }
+
+    /// Learns an INFER of `model` at batch index `batch` that `device` ran in time: its
+    /// kind learns the run as its kind would have run it (`estimate::SlowdownMeter`), so
+    /// that a device slower than its kind is planned at its own pace, and its peers at
+    /// theirs.
+    pub(super) fn learn_run(
+        &mut self,
+        device: DeviceId,
+        (model, batch): (ModelId, usize),
+        took: Nanos,
+    ) {
+        if self.params.device_slowdown {
+            self.learn_runs(device, (model, batch), (Some((model, batch)), took));
+        } else {
+            let kind = self.devices[device.0 as usize].kind;
+            self.models[model.0 as usize].exec[kind][batch].observe(took);
+        }
+    }
+
+    /// `device`'s slowdown learns `run` (of `model` at batch index `batch`, against its
+    /// kind's quickest recent run of it); its kind learns what the slowdown answers.
+    fn learn_runs(
+        &mut self,
+        device: DeviceId,
+        (model, batch): (ModelId, usize),
+        run: (RunOf, Nanos),
+    ) {
+        let d = &mut self.devices[device.0 as usize];
+        let kind = d.kind;
+        let quickest = self.models[model.0 as usize].exec[kind][batch].least();
+        for learn in d.learn_slowdown(run, quickest) {
+            match learn {
+                Learn::Observe(Some((model, batch)), took) => {
+                    self.models[model.0 as usize].exec[kind][batch].observe(took);
+                }
+                Learn::Revise(Some((model, batch)), was, took) => {
+                    self.models[model.0 as usize].exec[kind][batch].revise(was, took);
+                }
+                // A late report: its kind learns nothing of it.
+                Learn::Observe(None, _) | Learn::Revise(None, ..) => {}
+            }
+        }
+    }
+
     /// What the policy plans with on `device` (its learned values, or the configured
     /// ones until learned): (expected lag, overrun margin). The margin taken off objectives
     /// is the widest of these over the devices.

@@ -8,7 +8,7 @@ use std::cmp::Reverse;
 
 use super::{ClockworkPolicy, Work};
 use crate::model::{DeviceId, ModelId};
-use crate::scheduler::device::Expected;
+use crate::scheduler::device::{Expected, Runs};
 use crate::scheduler::{cover, ActionKind, Plan, Refusal, Verdict};
 use crate::time::Nanos;
 
@@ -177,14 +177,17 @@ impl ClockworkPolicy {
             let current =
                 d.is_ready(model) && self.models[model.0 as usize].priority == Some(priority);
             if current {
-                self.plan_batch(device, model, start, now, plan);
-                self.queue_changed(model, Some(device));
+                // A device slower than its kind may have nothing it can finish in time
+                // (the others may): it looks at the model again when its priority moves.
+                let planned = self.plan_batch(device, model, start, now, plan);
+                self.queue_changed(model, planned.then_some(device));
             }
         }
     }
 
     /// Plans one batch of `model` on `device` starting at `start`, refusing the requests
-    /// at the front that cannot finish in time even alone.
+    /// at the front that cannot finish in time even alone on a device of its kind;
+    /// answers whether it planned one.
     fn plan_batch(
         &mut self,
         device: DeviceId,
@@ -192,16 +195,18 @@ impl ClockworkPolicy {
         start: Nanos,
         now: Nanos,
         plan: &mut Plan,
-    ) {
-        let kind = self.devices[device.0 as usize].kind;
+    ) -> bool {
+        let runs = self.devices[device.0 as usize].runs();
         if self.params.early_drop {
-            self.drop_hopeless(model, kind, start, now, plan);
+            // At its kind's pace, not this device's: a device slower than its kind
+            // leaves what it cannot finish to the others.
+            self.drop_hopeless(model, runs.kind, start, now, plan);
         }
         if self.models[model.0 as usize].queue.front().is_none() {
-            return;
+            return false;
         }
-        let chosen = self.choose_batch(model, kind, start);
-        let expected = self.exec_estimate(model, kind, chosen);
+        let chosen = self.choose_batch(model, runs, start);
+        let expected = self.run_estimate(model, runs, chosen);
         let p = self.params;
         let m = &mut self.models[model.0 as usize];
         let size = m.batches[chosen] as usize;
@@ -211,16 +216,17 @@ impl ClockworkPolicy {
         self.queued -= requests.len();
         m.flow.planned(now, requests.len());
         if requests.is_empty() {
-            // Nothing it could serve in time (the front was judged by its latest finish).
-            return;
+            // Nothing it could serve in time (the front was judged by its latest finish,
+            // or this device is slower than its kind).
+            return false;
         }
         // Whole requests may leave the batch short of its size: it runs at the smallest
         // allowed size that holds its items (padded), if that is no slower.
         let items = requests.iter().map(|q| q.items).sum();
         let b = cover(&self.models[model.0 as usize].batches, items)
-            .filter(|&b| self.exec_estimate(model, kind, b) <= expected)
+            .filter(|&b| self.run_estimate(model, runs, b) <= expected)
             .unwrap_or(chosen);
-        let expected = self.exec_estimate(model, kind, b);
+        let expected = self.run_estimate(model, runs, b);
         // Leave the executor slack to start late, but not so late that it would finish
         // past the most urgent latest finish of the batch (the first one's, unless a
         // pipeline's sub-request has time left after its stage's share).
@@ -238,7 +244,7 @@ impl ClockworkPolicy {
         );
         let expected = Expected {
             estimate: expected,
-            mean: self.exec_mean(model, kind, b),
+            mean: self.run_mean(model, runs, b),
         };
         let d = &mut self.devices[device.0 as usize];
         d.exec.push(action.id, expected, start, now);
@@ -247,6 +253,7 @@ impl ClockworkPolicy {
             r.last_use = now;
         }
         self.send(plan, action, Work::Infer { batch: b, requests });
+        true
     }
 
     /// Execution estimate on device kind `kind` of the batch a request of `items` items
@@ -304,7 +311,7 @@ impl ClockworkPolicy {
     /// adaptive batch drop), but only when it serves at least `SKIP_GAIN` times as many
     /// requests per unit of device time as the best batch that leaves nobody behind.
     /// Without early drop: the largest batch the queue fills.
-    fn choose_batch(&self, model: ModelId, kind: usize, start: Nanos) -> usize {
+    fn choose_batch(&self, model: ModelId, runs: Runs, start: Nanos) -> usize {
         let m = &self.models[model.0 as usize];
         let items = m.queue.items();
         // The batch the front request needs alone: always a candidate, so that a request
@@ -318,7 +325,7 @@ impl ClockworkPolicy {
         // Items even batch 1 finishes too late for: lost whatever is chosen.
         let mut lost_anyway = 0;
         for (b, &size) in m.batches.iter().enumerate() {
-            let est = self.exec_estimate(model, kind, b);
+            let est = self.run_estimate(model, runs, b);
             let finish = self.params.early_drop.then_some(start + est);
             let fit = finish.map_or(items, |f| m.queue.items_meeting(f));
             if b == 0 {
@@ -341,7 +348,7 @@ impl ClockworkPolicy {
                 continue;
             }
             // Per unit of device time as runs of this size take on average (`exec_mean`).
-            let rate = served as f64 / self.exec_mean(model, kind, b).max(1) as f64;
+            let rate = served as f64 / self.run_mean(model, runs, b).max(1) as f64;
             if rate >= best_rate {
                 (best, best_rate) = (b, rate);
             }

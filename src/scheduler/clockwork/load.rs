@@ -115,7 +115,7 @@ impl ClockworkPolicy {
                 // A load helps if a queued request can still use it, if requests were
                 // refused for want of it (objectives too tight to wait for any load), or
                 // if the model's rate needs another replica anyway.
-                let ready = start + m.load[d.kind].get() + self.exec_estimate(model, d.kind, 0);
+                let ready = start + m.load[d.kind].get() + self.run_estimate(model, d.runs(), 0);
                 !self.params.early_drop
                     || m.missed > 0
                     || m.queue.back().is_some_and(|q| ready <= q.deadline)

@@ -13,11 +13,14 @@
 //!   the model with the most unserved demand, evicting idle models first, then the least
 //!   recently used. Models also get as many replicas as their measured arrival rate needs
 //!   (`placement.rs`), and registered models are loaded into free pages before any traffic.
-//! - Estimates are sliding-window percentiles of measured durations, per device kind.
+//! - Estimates are sliding-window percentiles of measured durations, per device kind; a
+//!   device that runs much slower than its kind is planned at its own pace, and its kind
+//!   learns its runs scaled back (`estimate::Slowdown`, `estimates.rs`).
 
 mod admit;
 mod behind;
 mod devices;
+mod estimates;
 mod infer;
 mod load;
 mod placement;
@@ -84,6 +87,8 @@ struct Params {
     /// Refuse an arrival that would push a request queued behind it past its latest
     /// finish (`behind.rs`).
     protect_admitted: bool,
+    /// Plan a device much slower than its kind at its own pace (`estimate::Slowdown`).
+    device_slowdown: bool,
 }
 
 impl From<&PolicyConfig> for Params {
@@ -110,6 +115,7 @@ impl From<&PolicyConfig> for Params {
             queue_at_mean: c.queue_at_mean,
             drift_margin: c.drift_margin,
             protect_admitted: c.protect_admitted,
+            device_slowdown: c.device_slowdown,
         }
     }
 }
@@ -201,6 +207,8 @@ pub struct ClockworkPolicy {
     /// batch does not run they are answered `Withdrawn`, not queued again (their root is
     /// answered: no more device time for it).
     withdrawn: HashSet<RequestId>,
+    /// INFERs failed as overdue, whose late reports still teach their devices' slowdown.
+    given_up: devices::GivenUp,
 }
 
 impl ClockworkPolicy {
@@ -222,6 +230,7 @@ impl ClockworkPolicy {
             learned: false,
             taught_at: 0,
             withdrawn: HashSet::new(),
+            given_up: devices::GivenUp::default(),
         }
     }
 
@@ -260,49 +269,6 @@ impl ClockworkPolicy {
     fn next_id(&mut self) -> ActionId {
         self.next_action += 1;
         ActionId(self.next_action)
-    }
-
-    /// Execution estimate of `model` at batch index `b` on device kind `kind`.
-    fn exec_estimate(&self, model: ModelId, kind: usize, b: usize) -> Nanos {
-        self.models[model.0 as usize].exec[kind][b].get()
-    }
-
-    /// What a batch-`b` run costs on average on `kind`: the mean of its window. Sizes are
-    /// compared by it (which serves the most per unit of device time), while whether a run
-    /// finishes in time is judged by the estimate: a size's few slow runs raise its high
-    /// percentile for a whole window, and compared by that it lost to a size never
-    /// measured since its profile, which can be far from what the device now does
-    /// (docs/EXPERIMENTS.md, "Sizes compared by their means").
-    fn exec_mean(&self, model: ModelId, kind: usize, b: usize) -> Nanos {
-        self.models[model.0 as usize].exec[kind][b].mean()
-    }
-
-    /// The most pessimistic batch-`b` mean over device kinds (see [`Self::exec_mean`]).
-    fn worst_mean(&self, model: ModelId, b: usize) -> Nanos {
-        let m = &self.models[model.0 as usize];
-        m.exec.iter().map(|k| k[b].mean()).max().unwrap_or(0)
-    }
-
-    /// The most pessimistic batch-`b` estimate over device kinds, used for priorities
-    /// that every device of any kind compares.
-    fn worst_estimate(&self, model: ModelId, b: usize) -> Nanos {
-        let m = &self.models[model.0 as usize];
-        m.exec.iter().map(|k| k[b].get()).max().unwrap_or(0)
-    }
-
-    /// The most optimistic batch-1 estimate: if even this cannot finish in time, nothing can.
-    fn best_single(&self, model: ModelId) -> Nanos {
-        let m = &self.models[model.0 as usize];
-        m.exec.iter().map(|k| k[0].get()).min().unwrap_or(0)
-    }
-
-    /// The most optimistic estimate of the batch a request of `items` items runs in
-    /// alone (the smallest allowed size that holds it): if even this cannot finish it in
-    /// time, nothing can.
-    fn best_alone(&self, model: ModelId, items: u32) -> Nanos {
-        let m = &self.models[model.0 as usize];
-        let b = super::cover(&m.batches, items).unwrap_or(m.batches.len() - 1);
-        m.exec.iter().map(|k| k[b].get()).min().unwrap_or(0)
     }
 
     fn answer(plan: &mut Plan, requests: impl IntoIterator<Item = Queued>, verdict: Verdict) {
@@ -424,6 +390,10 @@ impl Policy for ClockworkPolicy {
         }
     }
 
+    fn observe_late(&mut self, action: ActionId, run: &Measured) {
+        self.learn_late(action, run);
+    }
+
     fn set_replica_floor(&mut self, model: ModelId, replicas: u32) {
         let Some(m) = self.models.get_mut(model.0 as usize) else {
             return;
@@ -501,6 +471,7 @@ impl Policy for ClockworkPolicy {
                     load_free_at: d.load.free_at(now, d.timing(lanes)),
                     suspect: d.suspect,
                     gone: d.gone,
+                    slowdown: d.runs().slowdown.thousandths(),
                 })
                 .collect(),
             ready_replicas: self

@@ -128,7 +128,8 @@ impl ClockworkPolicy {
             let later = rate * deadline.saturating_sub(now) as f64 / 1e9;
             let filling = o.queue.items().saturating_sub(expiring) as f64 * served + later;
             let fills = (filling / replicas).max(share).ceil() as usize;
-            let batch = efficient_batch(o, device.kind, (fills, false), self.params.max_exec_time);
+            let batch =
+                efficient_batch(o, device.runs(), (fills, false), self.params.max_exec_time);
             work += share * batch.estimate as f64 / batch.served.max(1) as f64;
         }
         work.min(Nanos::MAX as f64) as Nanos

@@ -18,7 +18,6 @@ impl ClockworkPolicy {
             return;
         };
         let device = &mut self.devices[flight.device.0 as usize];
-        let kind = device.kind;
         if let Some(r) = device.residents.get_mut(&flight.model) {
             r.infers_in_flight = r.infers_in_flight.saturating_sub(1);
             if r.infers_in_flight == 0 && device.load_blocked_by_flight {
@@ -30,8 +29,8 @@ impl ClockworkPolicy {
         match result {
             Ok(measured) => {
                 self.forget_withdrawn(&requests);
+                self.learn_run(flight.device, (flight.model, batch), measured.duration);
                 let m = &mut self.models[flight.model.0 as usize];
-                m.exec[kind][batch].observe(measured.duration);
                 m.measured_at = m.measured_at.max(measured.end);
                 self.queue_changed(flight.model, None);
                 for q in requests {
@@ -42,7 +41,12 @@ impl ClockworkPolicy {
                     });
                 }
             }
-            Err(ActionError::TooLate | ActionError::Overdue) => {
+            Err(error @ (ActionError::TooLate | ActionError::Overdue)) => {
+                if error == ActionError::Overdue {
+                    // Its late report may still tell how slow its device runs.
+                    self.given_up
+                        .remember(action, flight.device, flight.model, batch);
+                }
                 // Nothing ran (or nothing is known to have run): the requests may still
                 // make it on another try, elsewhere if this device is suspect; those
                 // withdrawn meanwhile are answered so instead.

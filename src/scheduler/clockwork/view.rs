@@ -4,6 +4,7 @@
 use super::admit::efficient_batch;
 use super::ClockworkPolicy;
 use crate::model::ModelId;
+use crate::scheduler::device::Runs;
 use crate::scheduler::view::ModelView;
 use crate::time::{Nanos, MS};
 
@@ -26,12 +27,12 @@ impl ClockworkPolicy {
         // Requests that could no longer finish even alone are about to time out: their
         // items are not ahead of a new one.
         let hopeless = m.queue.items_before(now.saturating_add(single));
-        let kind = m
+        let runs = m
             .ready_on
             .first()
-            .map_or(0, |d| self.devices[d.0 as usize].kind);
+            .map_or(Runs::of_kind(0), |d| self.devices[d.0 as usize].runs());
         let largest = m.batches.last().map_or(1, |&b| b as usize);
-        let full = efficient_batch(m, kind, (largest, false), self.params.max_exec_time);
+        let full = efficient_batch(m, runs, (largest, false), self.params.max_exec_time);
         Some(ModelView {
             replicas: if finish.is_some() {
                 m.ready_on.len().max(1) as u32

@@ -3,6 +3,7 @@
 use super::*;
 use crate::config::PolicyConfig;
 use crate::gpu::profiles;
+use crate::scheduler::estimate::Slowdown;
 use crate::scheduler::{ModelInfo, Policy};
 use crate::time::MS;
 use proptest::prelude::*;
@@ -28,7 +29,7 @@ fn resnet() -> ClockworkPolicy {
 /// every batch.
 fn drain_batch_by_batch(
     m: &ModelState,
-    free: &mut [(Nanos, usize)],
+    free: &mut [(Nanos, Runs)],
     (mut remaining, pad): (usize, bool),
     rules: Rules,
 ) -> Option<Nanos> {
@@ -63,12 +64,20 @@ fn measure(policy: &mut ClockworkPolicy, spread: &[u64]) {
     }
 }
 
+/// A replica of the one device kind, as its kind or slower.
+fn slowdown() -> impl Strategy<Value = Runs> {
+    prop_oneof![Just(1_000u32), 1_000u32..10_000].prop_map(|t| Runs {
+        kind: 0,
+        slowdown: Slowdown::from_thousandths(t),
+    })
+}
+
 proptest! {
     /// Choosing each replica's full batch once projects the same finish as choosing
     /// every batch afresh, for any replicas, queue, padding, bound and batch-time cap.
     #[test]
     fn the_full_batch_chosen_once_projects_the_same_finish(
-        starts in prop::collection::vec(0u64..50 * MS, 0..=MAX_PROJECTED),
+        starts in prop::collection::vec((0u64..50 * MS, slowdown()), 0..=MAX_PROJECTED),
         remaining in 1usize..400,
         pad: bool,
         bound in 0u64..400 * MS,
@@ -79,7 +88,7 @@ proptest! {
         let mut policy = resnet();
         measure(&mut policy, &spread);
         let m = &policy.models[0];
-        let mut a: Vec<(Nanos, usize)> = starts.iter().map(|&s| (s, 0)).collect();
+        let mut a: Vec<(Nanos, Runs)> = starts.iter().map(|&(s, runs)| (s, runs)).collect();
         let mut b = a.clone();
         let rules = Rules { bound, max_exec, at_mean };
         prop_assert_eq!(
@@ -103,7 +112,7 @@ proptest! {
         let spread = if exact { vec![10; spread.len()] } else { spread };
         measure(&mut policy, &spread);
         let m = &policy.models[0];
-        let free: Vec<(Nanos, usize)> = starts.iter().map(|&s| (s, 0)).collect();
+        let free: Vec<(Nanos, Runs)> = starts.iter().map(|&s| (s, Runs::of_kind(0))).collect();
         let rules = |at_mean| Rules { bound: Nanos::MAX, max_exec: u64::MAX, at_mean };
         let mean = drain(m, &mut free.clone(), (remaining, false), rules(true));
         let estimate = drain(m, &mut free.clone(), (remaining, false), rules(false));
@@ -114,7 +123,7 @@ proptest! {
         // The new request's own batch is at its estimate: never before the soonest
         // replica's start plus the quickest batch's estimate.
         let soonest = starts.iter().min().copied().unwrap_or(0);
-        let batch = efficient_batch(m, 0, (remaining.min(16), false), u64::MAX);
+        let batch = efficient_batch(m, Runs::of_kind(0), (remaining.min(16), false), u64::MAX);
         let quickest = m.exec[0].iter().map(|e| e.get()).min().unwrap_or(0);
         prop_assert!(mean.unwrap_or(0) >= soonest + quickest.min(batch.estimate));
     }
