@@ -110,10 +110,18 @@ fn run_every(faults: FaultConfig, every: Nanos) -> Run {
     run_with(faults, every, PolicyConfig::default())
 }
 
-/// The default policy, but a slow device planned as its kind (`device_slowdown` off).
+/// The default policy: a slow device planned as its kind (`device_slowdown` off).
 fn as_its_kind() -> PolicyConfig {
     PolicyConfig {
         device_slowdown: false,
+        ..PolicyConfig::default()
+    }
+}
+
+/// A slow device planned at its own pace (`device_slowdown` on).
+fn at_its_pace() -> PolicyConfig {
+    PolicyConfig {
+        device_slowdown: true,
         ..PolicyConfig::default()
     }
 }
@@ -371,7 +379,7 @@ fn a_device_that_hangs_again_and_again_is_kept_out_until_a_probe() {
 /// answering no slowdown.
 #[test]
 fn a_device_slower_than_its_kind_serves_at_its_own_pace() {
-    let paced = run_every(slow(4.0), FULL);
+    let paced = run_with(slow(4.0), FULL, at_its_pace());
     let as_kind = run_with(slow(4.0), FULL, as_its_kind());
     kept_the_promise(&paced, 0);
     assert_eq!(outages(&paced, OutCause::Slow), 0, "{:?}", paced.health);
@@ -400,7 +408,7 @@ fn table_of_slow_factors() {
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for (rate, every) in [(600, HALF), (1200, FULL)] {
         for factor in [1.5, 2.0, 3.0, 4.0, 8.0] {
-            let run = run_every(slow(factor), every);
+            let run = run_with(slow(factor), every, at_its_pace());
             let as_kind = run_with(slow(factor), every, as_its_kind());
             let outages = |run: &Run| {
                 let (hung, slow) = (outages(run, OutCause::Hung), outages(run, OutCause::Slow));

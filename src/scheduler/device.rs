@@ -221,6 +221,12 @@ impl DeviceMirror {
         self.slowdown.observe(run, quickest)
     }
 
+    /// Plans it as its kind again, forgetting its runs (it has no peers to be measured
+    /// against any more).
+    pub fn forget_slowdown(&mut self) {
+        self.slowdown.reset();
+    }
+
     /// The lanes' timing on this device: its learned lag (the configured one until
     /// learned), never below the lag it was told (`Policy::set_lag`).
     pub fn timing(&self, base: LaneTiming) -> LaneTiming {

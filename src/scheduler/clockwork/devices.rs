@@ -1,5 +1,6 @@
-//! The devices' side of the Clockwork policy: the margins each device has learned, and
-//! what happens when a device turns suspect or leaves.
+//! The devices' side of the Clockwork policy: the margins each device has learned, how
+//! much slower than its kind each runs (`estimate::Slowdown`), and what happens when a
+//! device turns suspect or leaves.
 
 use std::collections::VecDeque;
 
@@ -50,27 +51,58 @@ impl ClockworkPolicy {
         let Some((device, model, batch)) = self.given_up.take(action) else {
             return;
         };
-        if self.params.device_slowdown {
+        if self.measures_pace(device) && self.shared_with_a_peer(device, model) {
             self.learn_runs(device, (model, batch), (None, run.duration));
         }
+    }
+
+    /// Whether `device` learns its slowdown: with `device_slowdown`, beside a peer of its
+    /// kind. A device alone of its kind has nobody to be slower than: its kind's windows
+    /// are its own runs, already its pace. (Measured against its own quickest runs, a cpu
+    /// device on a noisy host was planned at its pace of the last three runs over and
+    /// over, and answered more requests late: docs/EXPERIMENTS.md, "A device planned at
+    /// its own pace".)
+    fn measures_pace(&self, device: DeviceId) -> bool {
+        let kind = self.devices[device.0 as usize].kind;
+        self.params.device_slowdown && self.peers[kind] >= 2
+    }
+
+    /// Whether a peer of `device`'s kind holds `model` too, so that the model's windows
+    /// hold runs of both: a window of the device's own runs alone says nothing of how it
+    /// compares (its quickest run is its own), and measured against one, a slow device
+    /// looked as quick as its kind at every such run and flapped between the two paces.
+    fn shared_with_a_peer(&self, device: DeviceId, model: ModelId) -> bool {
+        let kind = self.devices[device.0 as usize].kind;
+        let ready = &self.models[model.0 as usize].ready_on;
+        ready
+            .iter()
+            .any(|&o| o != device && self.devices[o.0 as usize].kind == kind)
     }
 
     /// Learns an INFER of `model` at batch index `batch` that `device` ran in time: its
     /// kind learns the run as its kind would have run it (`estimate::SlowdownMeter`), so
     /// that a device slower than its kind is planned at its own pace, and its peers at
-    /// theirs.
+    /// theirs. Only runs of models a peer holds too teach the slowdown.
     pub(super) fn learn_run(
         &mut self,
         device: DeviceId,
         (model, batch): (ModelId, usize),
         took: Nanos,
     ) {
-        if self.params.device_slowdown {
-            self.learn_runs(device, (model, batch), (Some((model, batch)), took));
+        let kind = self.devices[device.0 as usize].kind;
+        let took = if !self.measures_pace(device) {
+            // Its peers left (or the policy never measures): planned as its kind.
+            self.devices[device.0 as usize].forget_slowdown();
+            took
+        } else if self.shared_with_a_peer(device, model) {
+            return self.learn_runs(device, (model, batch), (Some((model, batch)), took));
         } else {
-            let kind = self.devices[device.0 as usize].kind;
-            self.models[model.0 as usize].exec[kind][batch].observe(took);
-        }
+            self.devices[device.0 as usize]
+                .runs()
+                .slowdown
+                .unscale(took)
+        };
+        self.models[model.0 as usize].exec[kind][batch].observe(took);
     }
 
     /// `device`'s slowdown learns `run` (of `model` at batch index `batch`, against its
@@ -171,6 +203,8 @@ impl ClockworkPolicy {
         }
         self.mark_suspect(device, true);
         self.devices[device.0 as usize].gone = true;
+        let kind = self.devices[device.0 as usize].kind;
+        self.peers[kind] = self.peers[kind].saturating_sub(1);
         self.rewiden_buffer();
         let mut lost: Vec<ActionId> = self
             .in_flight

@@ -209,6 +209,9 @@ pub struct ClockworkPolicy {
     withdrawn: HashSet<RequestId>,
     /// INFERs failed as overdue, whose late reports still teach their devices' slowdown.
     given_up: devices::GivenUp,
+    /// Devices in service or out but not gone, by kind index: a device is planned at its
+    /// own pace only beside a peer of its kind (`devices.rs`, `learn_run`).
+    peers: Vec<u32>,
 }
 
 impl ClockworkPolicy {
@@ -231,6 +234,7 @@ impl ClockworkPolicy {
             taught_at: 0,
             withdrawn: HashSet::new(),
             given_up: devices::GivenUp::default(),
+            peers: Vec::new(),
         }
     }
 
@@ -253,6 +257,7 @@ impl ClockworkPolicy {
             return i;
         }
         self.kinds.push(kind.to_owned());
+        self.peers.push(0);
         let (window, percentile) = (self.params.window, self.params.percentile);
         for model in &mut self.models {
             let profile = model.info.profile_for(kind);
@@ -350,6 +355,7 @@ impl Policy for ClockworkPolicy {
 
     fn add_device(&mut self, device: DeviceInfo) -> DeviceId {
         let kind = self.kind_index(&device.kind);
+        self.peers[kind] += 1;
         let p = self.params;
         let margins = Margins::new(p.margin_window, p.margin_percentile);
         self.devices

@@ -125,6 +125,13 @@ impl<T: Copy> SlowdownMeter<T> {
         self.current
     }
 
+    /// Forgets every run: the device is planned as its kind until it shows a new streak.
+    pub fn reset(&mut self) {
+        self.seen = 0;
+        self.current = Slowdown::NONE;
+        self.streak.clear();
+    }
+
     /// Learns from a run `what` that took `took` where its kind's quickest recent run of
     /// that batch took `quickest`. Answers what its kind learns now: the run, as its kind
     /// would have run it; and, when this run makes a streak long enough to count, the

@@ -178,3 +178,70 @@ fn margins_raised_by_a_slow_spell_do_not_refuse_forever() {
         nanos(PolicyConfig::default().buffer)
     );
 }
+
+/// With `device_slowdown`, a device is planned at its own pace only beside a peer of its
+/// kind: alone, its kind's windows are its own runs. Three runs in a row at 3 times the
+/// batch's quickest (after ten at the quickest) slow a device with a peer that holds the
+/// model too, and its kind learns them scaled back; the same runs leave a device alone of
+/// its kind, or running a model its peer does not hold, or under the default (off),
+/// planned by its window; its peer's leaving plans it as its kind again. Mutations that
+/// break it: `measures_pace` without the count of peers; `shared_with_a_peer` always true.
+#[test]
+fn a_device_is_planned_at_its_own_pace_only_beside_a_peer() {
+    let (model, batch) = (ModelId(0), 0);
+    let three_slow_runs = |policy: &mut ClockworkPolicy| {
+        // Held by both devices: its windows mix their runs.
+        policy.models[0].ready_on = vec![DeviceId(0), DeviceId(1)];
+        let quickest = policy.models[0].exec[0][batch].least();
+        for _ in 0..10 {
+            policy.learn_run(DeviceId(0), (model, batch), quickest);
+        }
+        for _ in 0..3 {
+            policy.learn_run(DeviceId(0), (model, batch), 3 * quickest);
+        }
+        let slowdown = policy.devices[0].runs().slowdown.thousandths();
+        (slowdown, policy.models[0].exec[0][batch].get() / quickest)
+    };
+    let paced = |devices| {
+        let mut policy = policy(devices, 100, 1);
+        policy.params.device_slowdown = true;
+        policy
+    };
+    // A second device of another kind keeps the first alone of its own.
+    let mut alone = paced(1);
+    alone.add_device(DeviceInfo {
+        kind: "a100".into(),
+        pages: 100,
+    });
+    assert_eq!(
+        three_slow_runs(&mut alone),
+        (1_000, 3),
+        "learned as measured"
+    );
+    let mut paired = paced(2);
+    assert_eq!(
+        three_slow_runs(&mut paired),
+        (3_000, 1),
+        "learned scaled back"
+    );
+    let mut unshared = paced(2);
+    unshared.models[0].ready_on = vec![DeviceId(0)];
+    let quickest = unshared.models[0].exec[0][batch].least();
+    for took in [quickest; 10].into_iter().chain([3 * quickest; 3]) {
+        unshared.learn_run(DeviceId(0), (model, batch), took);
+    }
+    assert_eq!(
+        unshared.devices[0].runs().slowdown.thousandths(),
+        1_000,
+        "a model only it holds: its own runs are the window"
+    );
+    let mut by_default = policy(2, 100, 1);
+    assert_eq!(
+        three_slow_runs(&mut by_default),
+        (1_000, 3),
+        "off by default"
+    );
+    paired.remove_device(DeviceId(1), 0, &mut Plan::default());
+    paired.learn_run(DeviceId(0), (model, batch), 10);
+    assert_eq!(paired.devices[0].runs().slowdown.thousandths(), 1_000);
+}
