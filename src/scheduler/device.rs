@@ -4,7 +4,8 @@
 //! The mirror is updated when an action is *planned*, not when it is done, so the policy
 //! never plans two things into the same pages or the same slice of time. Reports of INFERs
 //! teach the device's [`Margins`]: its lag and how far runs overrun their estimates, which
-//! replace the configured `expected_lag` and `buffer` once learned.
+//! replace the configured `expected_lag` and `buffer` once learned; with
+//! `device_slowdown`, they also teach how much slower than its kind it runs ([`Runs`]).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -221,8 +222,8 @@ impl DeviceMirror {
         self.slowdown.observe(run, quickest)
     }
 
-    /// Plans it as its kind again, forgetting its runs (it has no peers to be measured
-    /// against any more).
+    /// Plans it as its kind again, forgetting its runs (it has no peer to be measured
+    /// against any more, or the policy does not measure).
     pub fn forget_slowdown(&mut self) {
         self.slowdown.reset();
     }

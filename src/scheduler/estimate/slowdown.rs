@@ -34,8 +34,10 @@ use crate::time::Nanos;
 pub const SLOWDOWN_RUNS: usize = 3;
 
 /// How many times its kind's quickest recent run, in thousandths, a run must take to
-/// count as slow: twice, well past a cpu core's usual spread between its quickest runs
-/// and its median.
+/// count as slow: twice, past the spread of a device with steady timing. A cpu core on a
+/// busy host runs that slow in stretches of its own (docs/EXPERIMENTS.md, "A device
+/// planned at its own pace"), which is why `PolicyConfig::device_slowdown` is off by
+/// default.
 pub const SLOWDOWN_FLOOR: u32 = 2_000;
 
 /// The most a device is planned slower, in thousandths: past it, its runs would fit no
