@@ -308,10 +308,10 @@ pub(super) struct Rules {
     pub(super) at_mean: bool,
 }
 
-/// When replicas free at `free` (time, where their runs are estimated from) finish `remaining` items of `m`, each
-/// taking the next most efficient batch when it frees (`pad`: see [`efficient_batch`]);
-/// once the soonest free replica is past the rules' bound, that time. `None` without
-/// replicas.
+/// When replicas free at `free` (time, where their runs are estimated from) finish
+/// `remaining` items of `m`, each taking the next most efficient batch when it frees
+/// (`pad`: see [`efficient_batch`]); once the soonest free replica is past the rules'
+/// bound, that time. `None` without replicas.
 ///
 /// Why the batches ahead may count at their mean: the estimate is a high percentile of one
 /// run, and a queue of runs adds up to close to their mean times their count (one run in a

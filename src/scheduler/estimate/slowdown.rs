@@ -45,7 +45,7 @@ pub const SLOWDOWN_FLOOR: u32 = 2_000;
 pub const SLOWDOWN_MAX: u32 = 64_000;
 
 /// A factor on a device kind's estimates, in thousandths ([`Slowdown::NONE`] is 1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Slowdown(u32);
 
 impl Slowdown {

@@ -88,7 +88,7 @@ proptest! {
         let mut policy = resnet();
         measure(&mut policy, &spread);
         let m = &policy.models[0];
-        let mut a: Vec<(Nanos, Runs)> = starts.iter().map(|&(s, runs)| (s, runs)).collect();
+        let mut a: Vec<(Nanos, Runs)> = starts;
         let mut b = a.clone();
         let rules = Rules { bound, max_exec, at_mean };
         prop_assert_eq!(
