@@ -16,6 +16,12 @@ pub const MS: Nanos = 1_000_000;
 /// One microsecond in [`Nanos`].
 pub const US: Nanos = 1_000;
 
+/// The longest duration an estimate may hold: an hour. Far above any objective, so an
+/// estimate held to it refuses what a longer one would; small enough that a timestamp plus
+/// a few estimates never overflows. A profile or a report claiming more counts as this
+/// (`Estimator`), or is not trusted at all (a stored profile is measured anew).
+pub const LONGEST: Nanos = 3_600_000 * MS;
+
 /// Converts a configured duration to [`Nanos`], saturating at the far future.
 pub fn nanos(duration: Duration) -> Nanos {
     u64::try_from(duration.as_nanos()).unwrap_or(Nanos::MAX)

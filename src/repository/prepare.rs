@@ -37,6 +37,19 @@ pub struct PrepareSettings {
 }
 
 impl PrepareSettings {
+    /// One single-threaded cpu kind and no `ort` kind, profiled as `profiling` says.
+    pub fn single_cpu(default_slo: Duration, profiling: ProfileSettings) -> Self {
+        Self {
+            default_slo,
+            threads: vec![1],
+            ort_threads: Vec::new(),
+            profiling: ProfileSettings {
+                threads: 1,
+                ..profiling
+            },
+        }
+    }
+
     /// The distinct cpu kinds to profile for, in the order first named: each kind's name
     /// and its profiling settings.
     pub fn kinds(&self) -> Vec<(String, ProfileSettings)> {

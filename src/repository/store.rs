@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use super::PROFILE_FILE;
 use crate::gpu::cpu::profile::{MeasuredProfile, ProfileSettings};
+use crate::stats::Summary;
+use crate::time::LONGEST;
 
 /// What `profile.json` holds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -34,6 +36,31 @@ impl StoredProfile {
             && self.settings == key.settings
             && self.batch_sizes == key.batch_sizes
     }
+
+    /// Whether it holds what a measurement could have: a summary per batch size, in their
+    /// order, and durations that are finite, non-negative and at most [`LONGEST`]. Its
+    /// numbers seed the plans, and the file is outside data (a load time of 1e300 ns read
+    /// back from a damaged file overflowed the controller's arithmetic).
+    pub fn plausible(&self) -> bool {
+        let profile = &self.profile;
+        let sizes = profile.batches.iter().map(|b| b.batch);
+        sizes.eq(self.batch_sizes.iter().copied())
+            && plausible(&profile.load)
+            && profile.batches.iter().all(|b| plausible(&b.latency))
+    }
+}
+
+/// Whether a summary of durations in nanoseconds could have been measured.
+fn plausible(summary: &Summary) -> bool {
+    let durations = [
+        summary.mean,
+        summary.p50,
+        summary.p99,
+        summary.min,
+        summary.max,
+    ];
+    let in_range = |v: f64| (0.0..=LONGEST as f64).contains(&v);
+    durations.into_iter().all(in_range) && summary.cv.is_finite() && summary.cv >= 0.0
 }
 
 /// What a stored profile must have been measured for.
@@ -53,9 +80,18 @@ pub fn load_all(dir: &Path) -> Vec<StoredProfile> {
         .unwrap_or_default()
 }
 
-/// The stored profile of the version in `dir` that matches `key`, if there is one.
+/// The stored profile of the version in `dir` that matches `key`, if there is one and it
+/// is [plausible](StoredProfile::plausible) (else the kind is measured anew, and the
+/// measurement replaces it).
 pub fn load(dir: &Path, key: &ProfileKey<'_>) -> Option<StoredProfile> {
-    load_all(dir).into_iter().find(|s| s.matches(key))
+    let found = load_all(dir).into_iter().find(|s| s.matches(key))?;
+    if found.plausible() {
+        return Some(found);
+    }
+    let path = dir.join(PROFILE_FILE);
+    let kind = key.kind;
+    tracing::warn!(path = %path.display(), kind, "the stored profile holds numbers no measurement could have: measuring anew");
+    None
 }
 
 /// Stores `record` beside the model, replacing the record of its kind. Failing to write

@@ -29,17 +29,13 @@ impl Drop for TempRoot {
 }
 
 fn quick() -> PrepareSettings {
-    PrepareSettings {
-        default_slo: Duration::from_millis(100),
-        threads: vec![1],
-        ort_threads: Vec::new(),
-        profiling: ProfileSettings {
-            threads: 1,
-            warmup: 1,
-            runs: 3,
-            loads: 1,
-        },
-    }
+    let profiling = ProfileSettings {
+        threads: 1,
+        warmup: 1,
+        runs: 3,
+        loads: 1,
+    };
+    PrepareSettings::single_cpu(Duration::from_millis(100), profiling)
 }
 
 #[test]
@@ -274,4 +270,46 @@ fn links_out_of_the_repository_are_refused() {
     assert!(matches!(err, RepositoryError::Outside { .. }), "{err}");
     assert!(err.to_string().contains("outside the repository"), "{err}");
     assert!(repository.model_dir("alias").is_ok());
+}
+
+#[test]
+fn a_stored_profile_no_measurement_could_have_made_is_measured_anew() {
+    let root = TempRoot::new("implausible");
+    zoo::write(&root.0, "mlp", zoo::Batch::Dynamic, 1).unwrap();
+    let repository = Repository::new(&root.0);
+    let first = prepare(&repository.read("mlp").unwrap(), &quick()).unwrap();
+    let dir = root.0.join("mlp").join("1");
+    let rewrite = |edit: &dyn Fn(&mut store::StoredProfile)| {
+        let mut records = store::load_all(&dir);
+        records.iter_mut().for_each(edit);
+        std::fs::write(
+            dir.join(PROFILE_FILE),
+            serde_json::to_string(&records).unwrap(),
+        )
+        .unwrap();
+        prepare(&repository.read("mlp").unwrap(), &quick()).unwrap()
+    };
+    // Edited within what a measurement could be: trusted.
+    let slower = rewrite(&|r| r.profile.load.p99 *= 2.0);
+    assert!(slower.reused_profile());
+    assert_eq!(
+        slower.spec.profile.load_latency,
+        2 * first.spec.profile.load_latency
+    );
+    let damaged: [&dyn Fn(&mut store::StoredProfile); 4] = [
+        &|r| r.profile.load.p99 = 1e300,
+        &|r| r.profile.batches[1].latency.min = -1.0,
+        &|r| r.profile.batches[2].latency.cv = f64::NAN,
+        &|r| r.profile.batches.truncate(4),
+    ];
+    for edit in damaged {
+        let again = rewrite(edit);
+        assert!(!again.reused_profile());
+        assert!(again.spec.profile.load_latency < crate::time::LONGEST);
+        assert_eq!(again.spec.profile.batches.len(), 5);
+        // The new measurement replaced the damaged record.
+        assert!(store::load_all(&dir)
+            .iter()
+            .all(store::StoredProfile::plausible));
+    }
 }

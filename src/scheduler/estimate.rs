@@ -24,7 +24,7 @@ mod drift;
 mod slowdown;
 
 use crate::protocol::Measured;
-use crate::time::Nanos;
+use crate::time::{Nanos, LONGEST};
 pub use drift::Drift;
 pub use slowdown::{Learn, Slowdown, SlowdownMeter};
 
@@ -61,6 +61,7 @@ pub struct Estimator {
 impl Estimator {
     /// An estimator seeded with a profiled duration.
     pub fn new(seed: Nanos, window: usize, percentile: f64) -> Self {
+        let seed = seed.min(LONGEST);
         Self {
             recent: VecDeque::from([seed]),
             sorted: vec![seed],
@@ -110,6 +111,7 @@ impl Estimator {
         if self.seeded {
             return false;
         }
+        let seed = seed.min(LONGEST);
         self.recent.clear();
         self.recent.push_back(seed);
         self.sorted.clear();
@@ -123,8 +125,11 @@ impl Estimator {
         true
     }
 
-    /// Adds a measurement; the seed is forgotten at the first one.
+    /// Adds a measurement; the seed is forgotten at the first one. Like a seed, it counts
+    /// as at most [`LONGEST`]: a device (or a remote worker) reporting a run of centuries
+    /// must not overflow the plans built on it.
     pub fn observe(&mut self, measured: Nanos) {
+        let measured = measured.min(LONGEST);
         let full = !self.seeded && self.recent.len() == self.window;
         if full && self.least == measured && self.most == measured {
             // Every value in the window is this one: one leaving and one coming change
@@ -162,6 +167,7 @@ impl Estimator {
         if self.seeded {
             return false;
         }
+        let (old, new) = (old.min(LONGEST), new.min(LONGEST));
         let Some(at) = self.recent.iter().rposition(|&v| v == old) else {
             return false;
         };

@@ -71,6 +71,10 @@ pub struct Testbed<P> {
     /// Slow spells: (period, length, factor): an action that begins within the first
     /// `length` of a `period` takes `factor` times longer (a host busy with other work).
     spells: Option<(Nanos, Nanos, f64)>,
+    /// What reports claim their runs took, whatever they took (a remote worker whose
+    /// clock is wrong), in turn by action id: the duration, and the end that far after
+    /// the start; empty: the truth.
+    claimed: Vec<Nanos>,
     max_batch: usize,
     events: BinaryHeap<Reverse<(Nanos, u64, Event)>>,
     seq: u64,
@@ -113,6 +117,7 @@ impl<P: Policy> Testbed<P> {
             factor: 1.0,
             spread: 0.0,
             spells: None,
+            claimed: Vec::new(),
             max_batch,
             events: BinaryHeap::new(),
             seq: 0,
@@ -122,6 +127,13 @@ impl<P: Policy> Testbed<P> {
             report: Report::default(),
             plan: Plan::default(),
         }
+    }
+
+    /// Makes reports claim that their actions took `claimed` (in turn, by action id),
+    /// however long they took.
+    pub fn with_claimed_durations(mut self, claimed: Vec<Nanos>) -> Self {
+        self.claimed = claimed;
+        self
     }
 
     /// Makes every action take `factor` times its profiled duration.
@@ -403,14 +415,16 @@ impl<P: Policy> Testbed<P> {
                 scaled(latency)
             }
         };
+        let turn = action.id.0 as usize % self.claimed.len().max(1);
+        let claimed = self.claimed.get(turn).copied().unwrap_or(duration);
         let measured = Measured {
             begin: self.now,
-            end: self.now + duration,
-            duration,
+            end: self.now.saturating_add(claimed),
+            duration: claimed,
         };
         self.devices[device].running[lane.index()] = Some((action, measured));
         let lane = lane.index();
-        self.at(measured.end, Event::End { device, lane });
+        self.at(self.now + duration, Event::End { device, lane });
     }
 
     /// The true run time of a batch of `requests` of `model`: that of the smallest

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 
 use super::Spread;
-use crate::time::Nanos;
+use crate::time::{Nanos, LONGEST};
 
 /// Consecutive runs a device's drift is summed over: about the batches a request waits
 /// behind when its model's queue is full (a 100 ms objective over runs of about 12 ms).
@@ -51,8 +51,11 @@ impl Drift {
     }
 
     /// Learns from a run that took `took` where its runs take `mean` on average.
+    /// Both count as at most [`LONGEST`], as estimates do: the sums of a stretch then
+    /// never overflow, whatever a device reports.
     pub fn observe(&mut self, took: Nanos, mean: Nanos) {
-        let signed = |n: Nanos| i64::try_from(n).unwrap_or(i64::MAX);
+        let signed = |n: Nanos| n.min(LONGEST) as i64;
+        let mean = mean.min(LONGEST);
         let over = signed(took).saturating_sub(signed(mean));
         if self.recent.len() == DRIFT_RUNS {
             let (o, m) = self.recent.pop_front().unwrap_or((0, 0));
@@ -101,5 +104,19 @@ mod tests {
             exact.observe(10, 10);
         }
         assert_eq!(exact.margin(1000), 0, "exact timing: no margin");
+    }
+
+    #[test]
+    fn runs_reported_as_taking_centuries_count_as_an_hour() {
+        let mut d = Drift::new(64);
+        // A run under its mean, then runs whose sum passes what an i64 holds: the sums
+        // must still take the first one back out when it leaves the stretch.
+        d.observe(0, 10);
+        for _ in 0..64 {
+            d.observe(Nanos::MAX, 10);
+        }
+        // Every stretch an hour over its mean at each run: a share of 3.6e17 parts per
+        // million, which its window (an `Estimator`) holds to `LONGEST` like any value.
+        assert_eq!(d.margin(PPM), LONGEST);
     }
 }
