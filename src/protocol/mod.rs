@@ -122,6 +122,22 @@ pub struct Measured {
     pub duration: Nanos,
 }
 
+impl Measured {
+    /// Its times as a report that arrived at `now` can have them: ended by `now`, begun by
+    /// its end. A remote worker's times are its own clock's translated by an estimated
+    /// offset (unknown before the first frames), and the policy's mirror keeps a lane busy
+    /// until its last report's end: one report ending in the far future kept a device out
+    /// of every plan for good (`tests/policy_extremes.rs`).
+    pub fn received_at(self, now: Nanos) -> Self {
+        let end = self.end.min(now);
+        Self {
+            begin: self.begin.min(end),
+            end,
+            duration: self.duration,
+        }
+    }
+}
+
 /// Why an executor did not complete an action.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum ActionError {

@@ -70,6 +70,17 @@ pub struct Outcome {
     pub result: Result<Measured, ActionError>,
 }
 
+impl Outcome {
+    /// Its measured times held to what a report that arrived at `now` can have
+    /// ([`Measured::received_at`]): every policy reads them so.
+    pub fn received_at(self, now: Nanos) -> Self {
+        Self {
+            result: self.result.map(|m| m.received_at(now)),
+            ..self
+        }
+    }
+}
+
 /// Why the policy refused an admitted request without a result. Only what the policy
 /// decides: requests the controller turns away before admission (unknown model, draining)
 /// are its own errors (`InferError`), never the policy's.

@@ -333,10 +333,11 @@ impl Policy for ReactivePolicy {
         true
     }
 
-    fn observe(&mut self, outcome: Outcome, _now: Nanos, plan: &mut Plan) {
+    fn observe(&mut self, outcome: Outcome, now: Nanos, plan: &mut Plan) {
         let Some((device, model, work)) = self.in_flight.remove(&outcome.action) else {
             return;
         };
+        let outcome = outcome.received_at(now);
         match work {
             Work::Infer(taken) => self.finish_infer(device, model, taken, outcome, plan),
             Work::Unload => {}

@@ -9,7 +9,7 @@
 //! their own tests.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::{BinaryHeap, HashSet, VecDeque};
 use std::hash::BuildHasherDefault;
 
 use super::ids::{IdHasher, IdMap};
@@ -71,10 +71,10 @@ pub struct Testbed<P> {
     /// Slow spells: (period, length, factor): an action that begins within the first
     /// `length` of a `period` takes `factor` times longer (a host busy with other work).
     spells: Option<(Nanos, Nanos, f64)>,
-    /// What reports claim their runs took, whatever they took (a remote worker whose
-    /// clock is wrong), in turn by action id: the duration, and the end that far after
-    /// the start; empty: the truth.
-    claimed: Vec<Nanos>,
+    /// What the first reports of runs claim they took, whatever they took (a remote
+    /// worker whose clock is wrong), in the order the runs begin: the duration, and the
+    /// end that far after the start. Later reports tell the truth.
+    claimed: VecDeque<Nanos>,
     max_batch: usize,
     events: BinaryHeap<Reverse<(Nanos, u64, Event)>>,
     seq: u64,
@@ -117,7 +117,7 @@ impl<P: Policy> Testbed<P> {
             factor: 1.0,
             spread: 0.0,
             spells: None,
-            claimed: Vec::new(),
+            claimed: Default::default(),
             max_batch,
             events: BinaryHeap::new(),
             seq: 0,
@@ -129,10 +129,10 @@ impl<P: Policy> Testbed<P> {
         }
     }
 
-    /// Makes reports claim that their actions took `claimed` (in turn, by action id),
-    /// however long they took.
+    /// Makes the first reports claim that their actions took `claimed` (in the order
+    /// they begin), however long they took.
     pub fn with_claimed_durations(mut self, claimed: Vec<Nanos>) -> Self {
-        self.claimed = claimed;
+        self.claimed = claimed.into();
         self
     }
 
@@ -415,8 +415,7 @@ impl<P: Policy> Testbed<P> {
                 scaled(latency)
             }
         };
-        let turn = action.id.0 as usize % self.claimed.len().max(1);
-        let claimed = self.claimed.get(turn).copied().unwrap_or(duration);
+        let claimed = self.claimed.pop_front().unwrap_or(duration);
         let measured = Measured {
             begin: self.now,
             end: self.now.saturating_add(claimed),

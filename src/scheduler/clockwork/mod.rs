@@ -374,6 +374,7 @@ impl Policy for ClockworkPolicy {
         let Some(flight) = self.in_flight.remove(&outcome.action) else {
             return;
         };
+        let outcome = outcome.received_at(now);
         let exec = matches!(flight.work, Work::Infer { .. });
         let measured = outcome.result.as_ref().ok();
         let learn = self.params.learn_margins;
