@@ -16,8 +16,9 @@
 //!   model no registry gives, [`PROBE_MODEL`], which exercises the device and changes
 //!   nothing). A probe that succeeds brings it back; one that fails doubles the backoff,
 //!   up to `max_backoff`. The backoff also doubles each time the device is taken out
-//!   again before one of its planned actions succeeded, so a device that passes probes
-//!   but fails work is retried ever less often.
+//!   again before one of its planned actions succeeded, up to `max_relapse_backoff` (a
+//!   minute), so a device that passes probes but fails work is retried ever less often,
+//!   at most three failed batches a minute once it has relapsed ten times.
 //! - A hang is the watchdog's (an action with no report by its deadline): the device is
 //!   suspect until it reports again, and a late report brings it back. A device that runs
 //!   several times slower than its estimates hangs that way over and over, back at each
@@ -56,6 +57,12 @@ pub struct HealthRule {
     pub backoff: Nanos,
     /// Longest wait between probes.
     pub max_backoff: Nanos,
+    /// Longest wait before the first probe of a device taken out again before one of its
+    /// planned actions succeeded (a relapse: it passes probes but fails its work, and
+    /// each return costs up to `strikes` failed batches, whose requests are answered with
+    /// the error). Longer than `max_backoff`, so that such a device costs a few batches a
+    /// minute rather than every few seconds, and still comes back when it recovers.
+    pub max_relapse_backoff: Nanos,
 }
 
 impl Default for HealthRule {
@@ -65,6 +72,7 @@ impl Default for HealthRule {
             window: 1_000 * MS,
             backoff: 100 * MS,
             max_backoff: 5_000 * MS,
+            max_relapse_backoff: 60_000 * MS,
         }
     }
 }
@@ -192,15 +200,21 @@ impl Health {
     }
 
     /// Takes `d` out for `cause` at `now`, its first probe after a backoff that doubles
-    /// with each time it was taken out since it last served (unless it is out already).
+    /// with each time it was taken out since it last served, up to `max_relapse_backoff`
+    /// (unless it is out already).
     fn take_out(rule: HealthRule, d: &mut Device, cause: OutCause, now: Nanos) -> Change {
         if d.out.is_some() {
             return Change::Same;
         }
+        let cap = if d.episodes == 0 {
+            rule.max_backoff
+        } else {
+            rule.max_relapse_backoff.max(rule.max_backoff)
+        };
         let backoff = rule
             .backoff
             .saturating_mul(1 << d.episodes.min(16))
-            .min(rule.max_backoff);
+            .min(cap);
         d.episodes += 1;
         d.out = Some(Out {
             cause,
@@ -239,7 +253,8 @@ impl Health {
             d.out = None;
             return Change::Back;
         }
-        out.backoff = out.backoff.saturating_mul(2).min(max);
+        // A relapse's longer wait is kept, not cut back to `max_backoff`.
+        out.backoff = out.backoff.saturating_mul(2).min(max.max(out.backoff));
         out.probe_at = Some(now.saturating_add(out.backoff));
         Change::Same
     }

@@ -14,6 +14,7 @@ fn rule() -> HealthRule {
         window: 1_000,
         backoff: 100,
         max_backoff: 350,
+        max_relapse_backoff: 1_000,
     }
 }
 
@@ -131,4 +132,34 @@ fn a_run_at_normal_pace_ends_the_hangs_and_a_slow_one_does_not() {
     );
     assert_eq!(Pace::of(20, 10), Pace::Normal);
     assert_eq!(Pace::of(21, 10), Pace::Slow);
+}
+
+#[test]
+fn a_device_that_passes_probes_but_fails_its_work_waits_longer_each_relapse() {
+    let mut h = Health::new(rule());
+    let mut now = 0;
+    let mut waits = Vec::new();
+    for _ in 0..7 {
+        // Taken out by its work, back at its first probe, and out again.
+        h.reported(D, Err(&ActionError::Crashed("x".into())), now);
+        let due = h.next_probe().expect("a probe is due");
+        waits.push(due - now);
+        h.probes_due(due);
+        assert_eq!(h.probed(D, true, due), Change::Back);
+        now = due + 1;
+    }
+    // Past `max_backoff` (350), up to `max_relapse_backoff`.
+    assert_eq!(waits, [100, 200, 400, 800, 1_000, 1_000, 1_000]);
+    // A failed probe keeps the relapse's wait rather than cutting it to `max_backoff`.
+    h.reported(D, Err(&ActionError::Crashed("x".into())), now);
+    let due = h.next_probe().expect("a probe is due");
+    h.probes_due(due);
+    h.probed(D, false, due);
+    assert_eq!(h.next_probe(), Some(due + 1_000));
+    // Serving again resets it.
+    h.probes_due(due + 1_000);
+    h.probed(D, true, due + 1_000);
+    h.reported(D, Ok(Pace::Normal), due + 1_001);
+    h.reported(D, Err(&ActionError::Crashed("x".into())), due + 1_002);
+    assert_eq!(h.next_probe(), Some(due + 1_102));
 }

@@ -245,7 +245,14 @@ fn profiles(
         model: stored.name.clone(),
         source,
     };
-    let tract = |kind| profile_of(stored, spec, kind, |p| profile::measure(plans, spec, p));
+    let tract = |kind| {
+        let mut found = profile_of(stored, spec, kind, |p| profile::measure(plans, spec, p))?;
+        // Facts of the plans, not measurements: a stored profile is not trusted with them
+        // (a damaged `weight_bytes` would keep the model off every device).
+        found.profile.weight_bytes = plans.weight_bytes();
+        found.profile.outputs = plans.outputs().to_vec();
+        Ok::<_, CpuError>(found)
+    };
     let mut profiles = settings
         .kinds()
         .into_iter()

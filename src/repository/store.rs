@@ -39,7 +39,7 @@ impl StoredProfile {
 
     /// Whether it holds what a measurement could have: a summary per batch size, in their
     /// order, and durations that are finite, non-negative and at most [`LONGEST`]. Its
-    /// numbers seed the plans, and the file is outside data (a load time of 1e300 ns read
+    /// numbers seed the plans, and the file is outside data (a duration of 1e300 ns read
     /// back from a damaged file overflowed the controller's arithmetic).
     pub fn plausible(&self) -> bool {
         let profile = &self.profile;

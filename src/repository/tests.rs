@@ -296,6 +296,13 @@ fn a_stored_profile_no_measurement_could_have_made_is_measured_anew() {
         slower.spec.profile.load_latency,
         2 * first.spec.profile.load_latency
     );
+    // What the plans tell is taken from them, whatever the file says.
+    let heavy = rewrite(&|r| r.profile.weight_bytes = u64::MAX);
+    assert!(heavy.reused_profile());
+    assert_eq!(
+        heavy.spec.profile.weight_bytes,
+        first.spec.profile.weight_bytes
+    );
     let damaged: [&dyn Fn(&mut store::StoredProfile); 4] = [
         &|r| r.profile.load.p99 = 1e300,
         &|r| r.profile.batches[1].latency.min = -1.0,
