@@ -246,12 +246,8 @@ fn profiles(
         source,
     };
     let tract = |kind| {
-        let mut found = profile_of(stored, spec, kind, |p| profile::measure(plans, spec, p))?;
-        // Facts of the plans, not measurements: a stored profile is not trusted with them
-        // (a damaged `weight_bytes` would keep the model off every device).
-        found.profile.weight_bytes = plans.weight_bytes();
-        found.profile.outputs = plans.outputs().to_vec();
-        Ok::<_, CpuError>(found)
+        let found = profile_of(stored, spec, kind, |p| profile::measure(plans, spec, p))?;
+        Ok::<_, CpuError>(with_facts(found, plans.weight_bytes(), spec))
     };
     let mut profiles = settings
         .kinds()
@@ -310,9 +306,20 @@ fn prepare_ort(
     let profiles = kinds
         .into_iter()
         .map(|kind| profile_of(stored, spec, kind, |p| ort::measure(&model, spec, p)))
+        .map(|found| found.map(|f| with_facts(f, model.weight_bytes(), spec)))
         .collect::<Result<Vec<_>, _>>()
         .map_err(failed)?;
     Ok((Some(model), profiles))
+}
+
+/// `found` with what the prepared model tells for certain (its weight bytes, and its
+/// outputs: the spec's, which the compiled graph gave): facts, not measurements, so a
+/// stored profile is not trusted with them (a damaged `weight_bytes` would keep the model
+/// off every device).
+fn with_facts(mut found: MeasuredKind, weight_bytes: u64, spec: &ModelSpec) -> MeasuredKind {
+    found.profile.weight_bytes = weight_bytes;
+    found.profile.outputs = spec.outputs.clone();
+    found
 }
 
 /// Whether the model is batched and, if its batch dimension is fixed, the largest batch.
