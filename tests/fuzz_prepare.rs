@@ -18,7 +18,9 @@ use clockwork::config::PolicyConfig;
 use clockwork::gpu::cpu::profile::ProfileSettings;
 use clockwork::model::{BatchLatency, ModelId, ModelProfile, RequestId};
 use clockwork::repository::zoo::{self, Batch};
-use clockwork::repository::{prepare, PrepareSettings, Registration, Repository};
+use clockwork::repository::{
+    prepare, PrepareSettings, Registration, Repository, CONFIG_FILE, MODEL_FILE, PROFILE_FILE,
+};
 use clockwork::scheduler::testbed::Testbed;
 use clockwork::scheduler::{ClockworkPolicy, DeviceInfo, ModelInfo, Policy, Request};
 use clockwork::time::{Nanos, MS, US};
@@ -59,10 +61,10 @@ fn write(root: &Path, name: &str, graph: &[u8], config: &[u8], profile: Option<&
     let version = root.join(name).join("1");
     let _ = std::fs::remove_dir_all(root.join(name));
     std::fs::create_dir_all(&version).expect("create the version directory");
-    std::fs::write(root.join(name).join("config.toml"), config).expect("write config.toml");
-    std::fs::write(version.join("model.onnx"), graph).expect("write model.onnx");
+    std::fs::write(root.join(name).join(CONFIG_FILE), config).expect("write the config");
+    std::fs::write(version.join(MODEL_FILE), graph).expect("write the graph");
     if let Some(profile) = profile {
-        std::fs::write(version.join("profile.json"), profile).expect("write profile.json");
+        std::fs::write(version.join(PROFILE_FILE), profile).expect("write the profile");
     }
 }
 
@@ -79,7 +81,7 @@ fn seeds() -> &'static [Seed] {
                 write(root.path(), name, &graph, config.as_bytes(), None);
                 let stored = Repository::new(root.path()).read(name).expect("read");
                 prepare(&stored, &settings()).expect("a zoo model is prepared");
-                let written = stored.dir.join("profile.json");
+                let written = stored.dir.join(PROFILE_FILE);
                 let profile = std::fs::read_to_string(written).expect("profile.json written");
                 Seed {
                     name,

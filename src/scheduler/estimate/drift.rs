@@ -54,17 +54,16 @@ impl Drift {
     /// Both count as at most [`LONGEST`], as estimates do: the sums of a stretch then
     /// never overflow, whatever a device reports.
     pub fn observe(&mut self, took: Nanos, mean: Nanos) {
-        let signed = |n: Nanos| n.min(LONGEST) as i64;
-        let mean = mean.min(LONGEST);
-        let over = signed(took).saturating_sub(signed(mean));
+        let (took, mean) = (took.min(LONGEST), mean.min(LONGEST));
+        let over = took as i64 - mean as i64;
         if self.recent.len() == DRIFT_RUNS {
             let (o, m) = self.recent.pop_front().unwrap_or((0, 0));
             self.over -= o;
             self.means -= m;
         }
         self.recent.push_back((over, mean));
-        self.over = self.over.saturating_add(over);
-        self.means = self.means.saturating_add(mean);
+        self.over += over;
+        self.means += mean;
         if self.recent.len() == DRIFT_RUNS {
             let over = u128::from(self.over.max(0).unsigned_abs());
             let share = over * u128::from(PPM) / u128::from(self.means.max(1));
