@@ -133,7 +133,7 @@ pub fn client(timeout: Duration, connections: usize) -> Client {
 
 /// How long an idle connection may wait for its next request (below the 5 s after which
 /// actix-web, and so the server, closes it).
-const IDLE_REUSE: Duration = Duration::from_secs(2);
+pub(super) const IDLE_REUSE: Duration = Duration::from_secs(2);
 
 /// GETs `url` (or POSTs `{}` to it) and reads its JSON answer. These calls are idempotent:
 /// one that finds its connection closed by the server before any answer came is sent

@@ -15,14 +15,14 @@
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix_web::web::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::answer::{NoAnswer, Reply};
-use super::client::{send_awc, Prepared};
+use super::client::{send_awc, Prepared, IDLE_REUSE};
 use crate::time::Nanos;
 
 /// How inference requests go out: this module's client over plain TCP, or awc (HTTPS,
@@ -78,6 +78,8 @@ pub struct Pool {
 struct Connection {
     stream: TcpStream,
     buffer: BytesMut,
+    /// When its last answer was read: a connection idle too long is not reused.
+    since: Instant,
 }
 
 /// An answer as read: status, the headers the load generator looks at, and the body.
@@ -106,27 +108,37 @@ impl Pool {
     }
 
     /// Sends `request` (a whole HTTP/1.1 request, head and body) and reads its answer,
-    /// within the pool's timeout. A kept connection the server closed meanwhile is
-    /// replaced by a new one once, if nothing of the answer had come.
+    /// within the pool's timeout, on a kept connection if one is still open, else on a
+    /// new one. A request is written once: one that fails after writing is not sent
+    /// again, since the server may have counted it (and served it).
     pub async fn exchange(&self, request: &Bytes) -> Result<Answer, NoAnswer> {
         let work = async {
-            let kept = self.idle.borrow_mut().pop();
-            if let Some(mut connection) = kept {
-                match connection.exchange(request).await {
-                    Ok(answer) => return self.done(connection, answer),
-                    Err(Failure::Stale) => {}
-                    Err(Failure::Broken) => return Err(NoAnswer::Other),
-                }
-            }
-            let mut connection = self.connect().await?;
-            match connection.exchange(request).await {
-                Ok(answer) => self.done(connection, answer),
-                Err(_) => Err(NoAnswer::Other),
-            }
+            let mut connection = match self.kept() {
+                Some(connection) => connection,
+                None => self.connect().await?,
+            };
+            let answer = connection
+                .exchange(request)
+                .await
+                .map_err(|Broken| NoAnswer::Other)?;
+            self.done(connection, answer)
         };
         tokio::time::timeout(self.timeout, work)
             .await
             .unwrap_or(Err(NoAnswer::Timeout))
+    }
+
+    /// The most recently kept connection still fit for a request: idle for less than
+    /// `IDLE_REUSE` and neither closed by the server nor holding bytes nobody asked for.
+    /// Older ones are closed; they would meet the server's keep-alive close on the way.
+    fn kept(&self) -> Option<Connection> {
+        let mut idle = self.idle.borrow_mut();
+        while let Some(connection) = idle.pop() {
+            if connection.since.elapsed() < IDLE_REUSE && connection.is_open() {
+                return Some(connection);
+            }
+        }
+        None
     }
 
     async fn connect(&self) -> Result<Connection, NoAnswer> {
@@ -138,59 +150,66 @@ impl Pool {
         Ok(Connection {
             stream,
             buffer: BytesMut::with_capacity(BUFFER),
+            since: Instant::now(),
         })
     }
 
     /// Keeps the connection for the next request unless the server is closing it.
     fn done(
         &self,
-        connection: Connection,
+        mut connection: Connection,
         (answer, keep): (Answer, bool),
     ) -> Result<Answer, NoAnswer> {
         if keep {
+            connection.since = Instant::now();
             self.idle.borrow_mut().push(connection);
         }
         Ok(answer)
     }
 }
 
-/// Why an exchange failed: before any byte of the answer came on a kept connection (the
-/// server had closed it: try a new one), or otherwise.
-enum Failure {
-    Stale,
-    Broken,
-}
+/// Why an exchange failed: the connection closed or the answer could not be read.
+struct Broken;
 
 impl Connection {
+    /// Whether the server has neither closed the connection nor sent anything on it since
+    /// its last answer. Asked of the socket itself, not of the reactor's readiness, which
+    /// has not seen a close that came while this thread was busy.
+    fn is_open(&self) -> bool {
+        let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
+        match socket2::SockRef::from(&self.stream).peek(&mut byte) {
+            Err(error) => error.kind() == std::io::ErrorKind::WouldBlock,
+            Ok(_) => false,
+        }
+    }
+
     /// One request and its answer; `true` with it if the connection can be kept.
-    async fn exchange(&mut self, request: &Bytes) -> Result<(Answer, bool), Failure> {
+    async fn exchange(&mut self, request: &Bytes) -> Result<(Answer, bool), Broken> {
         self.buffer.clear();
         // A server that refuses before reading may answer and close while a large body
         // is still being written: the write then fails, but the answer is there to read.
         let written = self.stream.write_all(request).await.is_ok();
         let head = loop {
-            if let Some(head) = parse_head(&self.buffer).map_err(|_| Failure::Broken)? {
+            if let Some(head) = parse_head(&self.buffer).map_err(|_| Broken)? {
                 break head;
             }
             if self.buffer.len() > MAX_ANSWER {
-                return Err(Failure::Broken);
+                return Err(Broken);
             }
             self.buffer.reserve(BUFFER);
-            let read = self.stream.read_buf(&mut self.buffer).await;
-            match read {
-                Ok(0) | Err(_) if self.buffer.is_empty() => return Err(Failure::Stale),
-                Ok(0) | Err(_) => return Err(Failure::Broken),
+            match self.stream.read_buf(&mut self.buffer).await {
+                Ok(0) | Err(_) => return Err(Broken),
                 Ok(_) => {}
             }
         };
         let end = head.length + head.body_length;
         if end > MAX_ANSWER {
-            return Err(Failure::Broken);
+            return Err(Broken);
         }
         while self.buffer.len() < end {
             self.buffer.reserve(end - self.buffer.len());
             match self.stream.read_buf(&mut self.buffer).await {
-                Ok(0) | Err(_) => return Err(Failure::Broken),
+                Ok(0) | Err(_) => return Err(Broken),
                 Ok(_) => {}
             }
         }
@@ -318,5 +337,134 @@ mod tests {
             "the closed connection is not kept"
         );
         server.await.expect("server");
+    }
+
+    /// How the test server ends a connection.
+    #[derive(Clone, Copy)]
+    enum Close {
+        /// Reads its `n`-th request (counted across connections), then resets the
+        /// connection instead of answering.
+        ResetAt(usize),
+        /// Answers its `n`-th request, then closes the connection, as a server's
+        /// keep-alive timeout does.
+        After(usize),
+    }
+
+    /// A server that answers on keep-alive connections and counts each request it reads
+    /// whole; it ends one connection as `close` says, and tells when it has.
+    struct Counting {
+        address: SocketAddr,
+        seen: std::rc::Rc<std::cell::Cell<usize>>,
+        closed: tokio::sync::mpsc::UnboundedReceiver<()>,
+    }
+
+    const OK: &str = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}";
+
+    async fn counting(close: Close) -> Counting {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        let seen = std::rc::Rc::new(std::cell::Cell::new(0));
+        let (tell, closed) = tokio::sync::mpsc::unbounded_channel();
+        let count = seen.clone();
+        actix_web::rt::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                while read_request(&mut stream).await {
+                    count.set(count.get() + 1);
+                    if let Close::ResetAt(n) = close {
+                        if count.get() == n {
+                            let zero = Some(Duration::ZERO);
+                            socket2::SockRef::from(&stream)
+                                .set_linger(zero)
+                                .expect("linger");
+                            break;
+                        }
+                    }
+                    stream.write_all(OK.as_bytes()).await.expect("answer");
+                    if let Close::After(n) = close {
+                        if count.get() == n {
+                            break;
+                        }
+                    }
+                }
+                drop(stream);
+                let _ = tell.send(());
+            }
+        });
+        Counting {
+            address,
+            seen,
+            closed,
+        }
+    }
+
+    /// Reads one whole request (head and `content-length` body); `false` at the end.
+    async fn read_request(stream: &mut TcpStream) -> bool {
+        let mut buffer = Vec::new();
+        loop {
+            let mut headers = [httparse::EMPTY_HEADER; 16];
+            let mut request = httparse::Request::new(&mut headers);
+            if let Ok(httparse::Status::Complete(length)) = request.parse(&buffer) {
+                let body = request.headers.iter().find(|h| h.name == "content-length");
+                let body: usize = body.map_or(0, |h| {
+                    std::str::from_utf8(h.value)
+                        .expect("utf-8")
+                        .parse()
+                        .expect("number")
+                });
+                if buffer.len() >= length + body {
+                    return true;
+                }
+            }
+            let mut more = [0u8; 1024];
+            match stream.read(&mut more).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => buffer.extend_from_slice(&more[..n]),
+            }
+        }
+    }
+
+    fn small_request() -> Bytes {
+        super::super::client::plain_request("h", "/v2/models/m/infer", 2, b"{}")
+    }
+
+    /// The server counted a request and reset the connection without answering it: the
+    /// load generator reports it unanswered and does not send it again (the server would
+    /// count one request twice, as `tests/loadgen.rs` once saw).
+    ///
+    /// Mutation that breaks it: a failed exchange on a kept connection sent again on a
+    /// new one (the server counts 3).
+    #[actix_web::test]
+    async fn a_request_is_written_once_even_when_its_connection_breaks() {
+        let mut server = counting(Close::ResetAt(2)).await;
+        let pool = Pool::new(server.address, Duration::from_secs(5));
+        let request = small_request();
+        assert!(pool.exchange(&request).await.is_ok());
+        let broken = pool.exchange(&request).await;
+        assert!(matches!(broken, Err(NoAnswer::Other)), "{broken:?}");
+        server.closed.recv().await.expect("closed");
+        actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(server.seen.get(), 2);
+    }
+
+    /// The server closed a kept connection (its keep-alive ran out) while the client's
+    /// thread was busy, its reactor never seeing the close: the next request goes out on
+    /// a new connection and is answered.
+    ///
+    /// Mutation that breaks it: `is_open` always true (the request is written into the
+    /// closed connection and fails).
+    #[actix_web::test]
+    async fn a_kept_connection_the_server_closed_is_not_written_to() {
+        let mut server = counting(Close::After(1)).await;
+        let pool = Pool::new(server.address, Duration::from_secs(5));
+        let request = small_request();
+        assert!(pool.exchange(&request).await.is_ok());
+        server.closed.recv().await.expect("closed");
+        // Busy: the close reaches the socket, the reactor is not polled.
+        std::thread::sleep(Duration::from_millis(50));
+        let answer = pool.exchange(&request).await.expect("answered");
+        assert_eq!(answer.status, 200);
+        assert_eq!(server.seen.get(), 2);
     }
 }
