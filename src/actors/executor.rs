@@ -209,11 +209,13 @@ impl Executor {
     }
 }
 
-/// A device's error as the report says it: a crash is told apart from a failure, since
-/// the controller's health rule treats them differently.
+/// A device's error as the report says it: a crash and a failure of the model on its
+/// inputs are told apart from a device's failure, since the controller's health rule and
+/// the policy treat them differently.
 fn action_error(error: DeviceError) -> ActionError {
     match error {
         DeviceError::Panicked(_) | DeviceError::Gone(_) => ActionError::Crashed(error.to_string()),
+        DeviceError::Model(_) | DeviceError::BadInput(_) => ActionError::Model(error.to_string()),
         other => ActionError::Device(other.to_string()),
     }
 }

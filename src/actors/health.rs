@@ -9,8 +9,10 @@
 //!   handles (the batch's requests are answered, the LOAD placed again); three in a row
 //!   within a second are what a broken device does (by chance at a 20 % failure rate, 1 in
 //!   125 runs of three), and they bound what a broken device costs to three batches.
-//!   Scheduling refusals (`TooLate`, `NotResident`, ...) say nothing of health; any
-//!   action that succeeds resets the count.
+//!   Scheduling refusals (`TooLate`, `NotResident`, ...) say nothing of health, nor does
+//!   a model failing on a batch's inputs ([`ActionError::Model`]: a client's values, not
+//!   the device; the policy runs that batch's requests again alone); any action that
+//!   succeeds resets the count.
 //! - An out device gets no work (the policy treats it as suspect), so no report would
 //!   ever bring it back: after a backoff the controller sends it a probe (an UNLOAD of a
 //!   model no registry gives, [`PROBE_MODEL`], which exercises the device and changes

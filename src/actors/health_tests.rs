@@ -51,6 +51,19 @@ fn a_success_or_a_gap_breaks_the_run_and_refusals_do_not_count() {
     assert!(!h.is_out(D), "outside the window: a new run");
 }
 
+/// A model that fails on a client's values (a run that panicked or erred in the graph's
+/// library) says nothing of the device: any number of those in a row leave it in.
+/// Mutation that breaks it: `ActionError::Model` counted with `Device` in `reported`.
+#[test]
+fn a_model_failing_on_its_inputs_is_no_strike() {
+    let mut h = Health::new(rule());
+    let model = ActionError::Model("tract panicked: index out of range".into());
+    for at in 0..10 {
+        assert_eq!(h.reported(D, Err(&model), at), Change::Same);
+    }
+    assert!(!h.is_out(D));
+}
+
 #[test]
 fn one_crash_is_enough() {
     let mut h = Health::new(rule());

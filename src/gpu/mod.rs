@@ -18,6 +18,7 @@ pub mod contention;
 pub mod cpu;
 pub mod fault;
 pub mod ort;
+pub mod panics;
 pub mod profiles;
 pub mod sim;
 pub mod thread;
@@ -40,6 +41,10 @@ pub enum DeviceError {
     NotLoaded(ModelId),
     #[error("bad input: {0}")]
     BadInput(String),
+    /// The model's run failed on these inputs (an error or a panic of the library that
+    /// runs the graph), the device being sound: see `ActionError::Model`.
+    #[error("{0}")]
+    Model(String),
     #[error("device is gone: {0}")]
     Gone(String),
     /// The device's code panicked (caught on its thread or by the executor): the health

@@ -198,14 +198,9 @@ fn timed<T, D: BlockingDevice>(
     })
 }
 
-/// What a panic said, as far as it can be told.
+/// What a panic of the device's code said, as far as it can be told.
 pub(super) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    let text = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "no message".into());
-    format!("the device panicked: {text}")
+    format!("the device panicked: {}", super::panics::panic_text(panic))
 }
 
 impl Backend for DeviceThread {

@@ -157,6 +157,12 @@ pub enum ActionError {
     /// (`actors::health`).
     #[error("device crashed: {0}")]
     Crashed(String),
+    /// The model's run failed on the batch's inputs (tract or ONNX Runtime returned an
+    /// error, or panicked, on these values): the device is sound, so the health rule
+    /// ignores it, and the policy runs each request of the batch again alone, so that one
+    /// request's inputs cannot fail another's.
+    #[error("the model failed on the batch's inputs: {0}")]
+    Model(String),
     /// The controller's watchdog gave up on it: no report came by its deadline (see
     /// `actors::watchdog`). Nothing is known of what the device did.
     #[error("no report from the device in time (the device is suspect)")]

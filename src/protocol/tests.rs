@@ -63,6 +63,8 @@ fn error() -> impl Strategy<Value = ActionError> {
         Just(ActionError::AlreadyResident),
         ".{0,40}".prop_map(ActionError::Device),
         ".{0,40}".prop_map(ActionError::Crashed),
+        ".{0,40}".prop_map(ActionError::Model),
+        Just(ActionError::Overdue),
     ]
 }
 

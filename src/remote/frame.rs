@@ -20,7 +20,8 @@ use crate::time::Nanos;
 pub const MAGIC: [u8; 8] = *b"clkwork\0";
 
 /// The protocol version; a worker of another version is refused with both numbers.
-pub const VERSION: u32 = 1;
+/// 2: reports may carry `ActionError::Model` (the variants after it renumbered).
+pub const VERSION: u32 = 2;
 
 /// The most bytes a frame may hold, either way. Sized for the largest batch of inputs: a
 /// batch of up to `policy.max_batch` (default 16) requests, each read from an HTTP body of

@@ -22,6 +22,9 @@ pub struct Queued {
     pub demand: u64,
     /// Items it carries (at least 1): they run in one batch, never split.
     pub items: u32,
+    /// It runs in a batch of its own: it was in a batch that the model failed to run on
+    /// its inputs, and alone it fails, or is served, without taking others along.
+    pub alone: bool,
 }
 
 /// Waiting requests of one model, earliest deadline first.
@@ -39,6 +42,8 @@ pub struct ModelQueue {
     /// Requests of more than one item: while there are none, a request is an item and
     /// the searches stay binary ones.
     multi: usize,
+    /// Requests that run alone: while there are none, a batch is a range of the queue.
+    alone: usize,
 }
 
 impl ModelQueue {
@@ -75,6 +80,7 @@ impl ModelQueue {
         self.loose += usize::from(item.latest != item.deadline);
         self.items += item.items as usize;
         self.multi += usize::from(item.items != 1);
+        self.alone += usize::from(item.alone);
         self.queue.insert(at, item);
     }
 
@@ -132,7 +138,7 @@ impl ModelQueue {
     /// Items a batch of at most `size` items finishing at `finish` (`None`: whenever)
     /// would take: what [`Self::take_fitting`] removes, without removing it.
     pub fn fill(&self, finish: Option<Nanos>, size: usize) -> usize {
-        if self.multi == 0 {
+        if self.multi == 0 && self.alone == 0 {
             let meeting = finish.map_or(self.items, |f| self.items_meeting(f));
             return meeting.min(size);
         }
@@ -143,10 +149,11 @@ impl ModelQueue {
 
     /// Removes the most urgent requests that a batch of at most `size` items finishing at
     /// `finish` (`None`: whenever) serves in time, whole: a request whose items would
-    /// overflow the batch is passed over for the next one that fits. The others stay
-    /// queued (for another batch, or until they expire).
+    /// overflow the batch is passed over for the next one that fits, and one that runs
+    /// `alone` is a batch only if it comes first. The others stay queued (for another
+    /// batch, or until they expire).
     pub fn take_fitting(&mut self, finish: Option<Nanos>, size: usize) -> Vec<Queued> {
-        if self.multi == 0 && self.loose == 0 {
+        if self.multi == 0 && self.loose == 0 && self.alone == 0 {
             let skip = finish.map_or(0, |f| self.count_before(f));
             return self.take_range(skip, size);
         }
@@ -163,7 +170,8 @@ impl ModelQueue {
     }
 
     /// Positions and requests of a first-fit batch of at most `size` items, in urgency
-    /// order, of the requests that meet `finish`.
+    /// order, of the requests that meet `finish`: a request that runs alone is the whole
+    /// batch if it comes first, else passed over.
     fn fitting(
         &self,
         finish: Option<Nanos>,
@@ -175,9 +183,9 @@ impl ModelQueue {
             .enumerate()
             .filter(move |(_, q)| finish.is_none_or(|f| q.latest >= f))
             .filter(move |(_, q)| {
-                let fits = q.items as usize <= room;
+                let fits = q.items as usize <= room && (!q.alone || room == size);
                 if fits {
-                    room -= q.items as usize;
+                    room = if q.alone { 0 } else { room - q.items as usize };
                 }
                 fits
             })
@@ -218,6 +226,7 @@ impl ModelQueue {
         self.loose -= usize::from(item.latest != item.deadline);
         self.items -= item.items as usize;
         self.multi -= usize::from(item.items != 1);
+        self.alone -= usize::from(item.alone);
     }
 }
 
@@ -233,6 +242,7 @@ mod tests {
             due: deadline,
             demand: 10,
             items: 1,
+            alone: false,
         }
     }
 
@@ -344,6 +354,26 @@ mod tests {
         let ids: Vec<u64> = queue.take_fitting(None, 3).iter().map(|q| q.id.0).collect();
         assert_eq!(ids, vec![2], "4 items never split over batches of 3");
         assert_eq!(queue.take_fitting(None, 4).len(), 1);
+        assert_eq!((queue.len(), queue.items(), queue.demand()), (0, 0, 0));
+    }
+
+    #[test]
+    fn a_request_that_runs_alone_is_a_batch_only_when_first() {
+        let mut queue = ModelQueue::default();
+        for (id, deadline, alone) in [(1, 10, false), (2, 20, true), (3, 30, false)] {
+            queue.push(Queued {
+                alone,
+                ..q(id, deadline)
+            });
+        }
+        // 2 is passed over by the batch that 1 starts; then it is a batch of its own.
+        assert_eq!(queue.fill(None, 8), 2);
+        let ids: Vec<u64> = queue.take_fitting(None, 8).iter().map(|q| q.id.0).collect();
+        assert_eq!(ids, vec![1, 3]);
+        queue.push(q(4, 40));
+        let ids: Vec<u64> = queue.take_fitting(None, 8).iter().map(|q| q.id.0).collect();
+        assert_eq!(ids, vec![2]);
+        assert_eq!(queue.take_fitting(None, 8).len(), 1);
         assert_eq!((queue.len(), queue.items(), queue.demand()), (0, 0, 0));
     }
 }

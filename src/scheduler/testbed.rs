@@ -75,6 +75,10 @@ pub struct Testbed<P> {
     /// worker whose clock is wrong), in the order the runs begin: the duration, and the
     /// end that far after the start. Later reports tell the truth.
     claimed: VecDeque<Nanos>,
+    /// Requests whose inputs the model fails on: a batch holding one reports
+    /// `ActionError::Model`, and a request answered with that error that is not one of
+    /// these is a violation (it failed for another's inputs).
+    poisoned: HashSet<u64, BuildHasherDefault<IdHasher>>,
     max_batch: usize,
     events: BinaryHeap<Reverse<(Nanos, u64, Event)>>,
     seq: u64,
@@ -118,6 +122,7 @@ impl<P: Policy> Testbed<P> {
             spread: 0.0,
             spells: None,
             claimed: Default::default(),
+            poisoned: HashSet::default(),
             max_batch,
             events: BinaryHeap::new(),
             seq: 0,
@@ -133,6 +138,13 @@ impl<P: Policy> Testbed<P> {
     /// they begin), however long they took.
     pub fn with_claimed_durations(mut self, claimed: Vec<Nanos>) -> Self {
         self.claimed = claimed.into();
+        self
+    }
+
+    /// Makes the model fail on the inputs of `requests`: every batch holding one of them
+    /// reports `ActionError::Model` when it ends.
+    pub fn with_poisoned(mut self, requests: impl IntoIterator<Item = RequestId>) -> Self {
+        self.poisoned = requests.into_iter().map(|r| r.0).collect();
         self
     }
 
@@ -300,7 +312,15 @@ impl<P: Policy> Testbed<P> {
             Verdict::Refused(r) => {
                 *self.report.refused.entry(r.outcome().as_str()).or_default() += 1
             }
-            Verdict::Failed(_) => self.report.failed += 1,
+            Verdict::Failed(error) => {
+                self.report.failed += 1;
+                let innocent = !self.poisoned.contains(&request);
+                if innocent && matches!(error, ActionError::Model(_)) {
+                    self.violation(format!(
+                        "request {request} failed for another request's inputs"
+                    ));
+                }
+            }
         }
         if !self.unanswered.remove(&request) {
             self.violation(format!(
@@ -330,19 +350,36 @@ impl<P: Policy> Testbed<P> {
                 let Some((action, measured)) = self.devices[device].running[lane].take() else {
                     return;
                 };
-                self.devices[device].core.finish(&action, true);
+                let failed = self.fails(&action);
+                self.devices[device].core.finish(&action, !failed);
                 match action.kind {
                     ActionKind::Load => self.report.loads += 1,
                     ActionKind::Unload => self.report.unloads += 1,
                     ActionKind::Infer { ref requests } => {
                         for r in requests {
-                            self.running_items.remove(&r.0);
+                            let n = self.running_items.remove(&r.0);
+                            // A failed batch's requests may be batched again.
+                            if let (true, Some(n)) = (failed, n) {
+                                self.items.insert(r.0, n);
+                            }
                         }
                     }
                 }
-                self.observe(&action, Ok(measured));
+                let result = match failed {
+                    true => Err(ActionError::Model("poisoned inputs".into())),
+                    false => Ok(measured),
+                };
+                self.observe(&action, result);
                 self.pump(device, Lane::ALL[lane]);
             }
+        }
+    }
+
+    /// Whether `action` is a batch holding a poisoned request.
+    fn fails(&self, action: &Action) -> bool {
+        match &action.kind {
+            ActionKind::Infer { requests } => requests.iter().any(|r| self.poisoned.contains(&r.0)),
+            _ => false,
         }
     }
 

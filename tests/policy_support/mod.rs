@@ -21,7 +21,8 @@ pub fn profile(base: Nanos) -> ModelProfile {
 }
 
 /// Uniform draws in [0, 1) from `seed`, the same on every run: xorshift64*, without a
-/// dependency.
+/// dependency. (Not every test file that includes this module draws.)
+#[allow(dead_code)]
 pub fn uniform(seed: u64) -> impl FnMut() -> f64 {
     let mut state = seed | 1;
     move || {

@@ -124,6 +124,9 @@ pub struct Controller {
     health: Health,
     /// Probes in flight: the device each one tests.
     probes: IdMap<ActionId, DeviceId>,
+    /// Models that failed on a batch's inputs: the first failure of each is a warning,
+    /// the others (a client may send such values at any rate) are logged at debug.
+    failed_on_inputs: std::collections::BTreeSet<ModelId>,
     /// Devices the policy was told are out of service (suspect), and the cause last
     /// published for each.
     out: std::collections::BTreeMap<DeviceId, events::OutCause>,
@@ -166,6 +169,7 @@ impl Controller {
             watchdog,
             health,
             probes: IdMap::default(),
+            failed_on_inputs: Default::default(),
             out: Default::default(),
             drain_deadline: None,
             next_repair: 0,

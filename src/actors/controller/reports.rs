@@ -130,8 +130,29 @@ impl Controller {
             );
         }
         self.update_service(report.device, now);
+        if let Err(ActionError::Model(problem)) = &report.result {
+            self.failed_on_inputs(sent.action.model, problem);
+        }
         self.apply(sent, report, now);
         self.step_at(now, ctx);
+    }
+
+    /// Logs a model's failure on a batch's inputs: a warning the first time, then at
+    /// debug level (the requests' answers and `clockwork_requests` count every one).
+    fn failed_on_inputs(&mut self, model: ModelId, problem: &str) {
+        let catalog = self.parts.registry.catalog();
+        let name = catalog.get(model).map(|m| m.name().to_owned());
+        if self.failed_on_inputs.insert(model) {
+            tracing::warn!(
+                model = name,
+                %problem,
+                "the model failed on a batch's inputs: its requests run again alone, and the \
+                 one it fails on is answered execution_failed (later failures of this model \
+                 are logged at debug level)"
+            );
+        } else {
+            tracing::debug!(model = name, %problem, "the model failed on a batch's inputs");
+        }
     }
 
     /// Why `device` is out of service, if it is: the health rule's cause, or a hang.

@@ -54,6 +54,7 @@ impl From<CpuError> for DeviceError {
     fn from(error: CpuError) -> Self {
         match error {
             CpuError::Input(message) => DeviceError::BadInput(message),
+            CpuError::Run(_) => DeviceError::Model(error.to_string()),
             other => DeviceError::Other(other.to_string()),
         }
     }
@@ -211,7 +212,14 @@ impl BlockingDevice for CpuDevice {
             .get(&job.model)
             .ok_or(DeviceError::NotLoaded(job.model))?;
         let items: Vec<&[Tensor]> = job.inputs.iter().map(|i| i.as_slice()).collect();
-        Ok(plans.run(&items, &self.executor)?)
+        // tract panics on some values (a Gather index out of range, from a client's
+        // input): that is the model failing on these inputs, not the device, whose plans
+        // are shared and immutable (each run has a state of its own). Caught here, it
+        // neither takes the device out nor fails the requests batched beside it.
+        match crate::gpu::panics::catch_quietly(|| plans.run(&items, &self.executor)) {
+            Ok(outputs) => Ok(outputs?),
+            Err(panic) => Err(DeviceError::Model(format!("tract panicked: {panic}"))),
+        }
     }
 }
 

@@ -57,6 +57,7 @@ impl From<OrtError> for DeviceError {
     fn from(error: OrtError) -> Self {
         match error {
             OrtError::Input(message) => DeviceError::BadInput(message),
+            OrtError::Run(_) => DeviceError::Model(error.to_string()),
             other => DeviceError::Other(other.to_string()),
         }
     }

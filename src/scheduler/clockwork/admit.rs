@@ -92,6 +92,7 @@ impl ClockworkPolicy {
             due: request.deadline().max(request.latest_finish.unwrap_or(0)),
             demand,
             items,
+            alone: false,
         };
         let direct = request.latest_finish.is_none();
         let objective = direct.then(|| deadline.saturating_sub(request.arrival));

@@ -48,15 +48,18 @@ impl ClockworkPolicy {
                         .remember(action, flight.device, flight.model, batch);
                 }
                 // Nothing ran (or nothing is known to have run): the requests may still
-                // make it on another try, elsewhere if this device is suspect; those
-                // withdrawn meanwhile are answered so instead.
-                let (gone, again): (Vec<Queued>, Vec<Queued>) = requests
-                    .into_iter()
-                    .partition(|q| self.withdrawn.remove(&q.id));
-                for q in again {
-                    self.enqueue(flight.model, q);
-                }
-                Self::answer(plan, gone, Verdict::Refused(Refusal::Withdrawn));
+                // make it on another try, elsewhere if this device is suspect.
+                self.requeue(flight.model, requests, |q| q, plan);
+            }
+            Err(ActionError::Model(_)) if requests.len() > 1 => {
+                // One request's inputs may have failed the whole batch: each runs again
+                // alone, within its own deadline, and fails (or is served) by itself.
+                self.requeue(
+                    flight.model,
+                    requests,
+                    |q| Queued { alone: true, ..q },
+                    plan,
+                );
             }
             Err(error) => {
                 self.forget_withdrawn(&requests);
@@ -66,6 +69,24 @@ impl ClockworkPolicy {
                 Self::answer(plan, requests, Verdict::Failed(error));
             }
         }
+    }
+
+    /// Queues the requests of a batch that gave no answers again, as `again` makes them;
+    /// those withdrawn meanwhile are answered so instead.
+    fn requeue(
+        &mut self,
+        model: ModelId,
+        requests: Vec<Queued>,
+        again: impl Fn(Queued) -> Queued,
+        plan: &mut Plan,
+    ) {
+        let (gone, kept): (Vec<Queued>, Vec<Queued>) = requests
+            .into_iter()
+            .partition(|q| self.withdrawn.remove(&q.id));
+        for q in kept {
+            self.enqueue(model, again(q));
+        }
+        Self::answer(plan, gone, Verdict::Refused(Refusal::Withdrawn));
     }
 
     /// Remembers `request`, withdrawn while in a batch not yet reported, so that it is
