@@ -126,7 +126,10 @@ impl<'a> Front<'a> {
     fn refuse(&self, stage: Stage, retry_after: Nanos) -> ApiError {
         self.state.metrics.refused_at_edge(&self.key, stage);
         self.trace("refused at the edge", stage.as_str(), None);
-        if matches!(stage, Stage::Reading | Stage::Decoding) {
+        // A body that did not come in time is the client's pace, not the server's
+        // capacity: counted, a hundred stalled uploads would shed everyone else's
+        // requests to the model (`tests/serve_access.rs`, under a busy machine).
+        if stage == Stage::Decoding {
             let now = self.state.clock.now();
             self.state.front.refused_after_reading(&self.key, now);
         }

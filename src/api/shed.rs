@@ -37,7 +37,9 @@ struct Counts {
     requests: u64,
     /// Of them, let through to reading.
     through: u64,
-    /// Requests let through that were refused later (reading, decoding, the policy).
+    /// Requests let through that were refused later (decoding, the policy). Not those
+    /// whose body came too slowly: that is the client's pace, and counting it would let
+    /// a few stalled uploads shed everyone else's requests.
     refused: u64,
 }
 
