@@ -35,6 +35,23 @@ impl Tensor {
         })
     }
 
+    /// One item of zeros of a declared tensor (dimensions that vary taken as 1): what a
+    /// run needs when nobody's values matter (a probe, a simulated client).
+    pub fn zeros(spec: &TensorSpec) -> Self {
+        let shape: Vec<usize> = spec
+            .shape
+            .iter()
+            .map(|&d| usize::try_from(d).unwrap_or(1))
+            .collect();
+        let bytes = shape.iter().product::<usize>() * spec.datatype.size().unwrap_or(1);
+        Self {
+            name: spec.name.clone(),
+            datatype: spec.datatype,
+            shape,
+            data: vec![0u8; bytes].into(),
+        }
+    }
+
     /// A `FP32` tensor from values.
     pub fn from_f32(name: &str, shape: Vec<usize>, values: &[f32]) -> Self {
         let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();

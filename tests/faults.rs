@@ -292,6 +292,26 @@ fn a_device_failing_at_a_rate_is_taken_out_and_probed_back() {
     assert_eq!(value(&run.metrics, series), outs as f64);
 }
 
+/// A device whose runs fail while its other work passes (its LOADs and UNLOADs) is kept
+/// out by probes that run real work: it fails its first three batches, is taken out once,
+/// and comes back when its runs pass again.
+///
+/// Mutation that breaks it: the probe an UNLOAD again (`send_probes`): the device passes
+/// it, comes back, and fails three more batches each time.
+#[test]
+fn a_device_whose_runs_fail_is_kept_out_by_probes_that_run() {
+    let run = run(FaultConfig {
+        failing_runs: episode(),
+        ..FaultConfig::default()
+    });
+    kept_the_promise(&run, 0);
+    out_and_back(&run, OutCause::Failing);
+    let outs = run.health.iter().filter(|h| h.1.is_some()).count();
+    assert_eq!(outs, 1, "{:?}", run.health);
+    let series = "clockwork_device_faults{device=\"0\",kind=\"failed\"}";
+    assert_eq!(value(&run.metrics, series), 3.0, "{}", run.metrics);
+}
+
 #[test]
 fn weights_that_fail_to_load_take_the_device_out_and_others_serve() {
     let run = run(FaultConfig {

@@ -21,6 +21,7 @@ use crate::gpu::{
 use crate::model::DeviceId;
 use crate::protocol::core::{ExecutorCore, Lane, Step};
 use crate::scheduler::{Action, ActionError, ActionKind, Measured};
+use crate::tensor::Tensor;
 use crate::time::{Clock, Nanos};
 
 /// Where an executor sends reports and fetches artifacts.
@@ -123,7 +124,41 @@ impl Executor {
                 });
                 ctx.spawn(fetched);
             }
+            ActionKind::Probe => match self.core.resident().min() {
+                Some(model) => {
+                    let fetch = self.links.artifacts.send(FetchArtifact(model));
+                    let fetched = fetch.into_actor(self).map(move |artifact, act, ctx| {
+                        act.probe_fetched(action, begin, artifact.ok().flatten(), ctx);
+                    });
+                    ctx.spawn(fetched);
+                }
+                None => self.probe_fetched(action, begin, None, ctx),
+            },
         }
+    }
+
+    /// Second half of a probe: one item of zeros through the resident model whose
+    /// artifact came, or without one, an UNLOAD of the probe's model (nothing to unload).
+    fn probe_fetched(
+        &mut self,
+        action: Action,
+        begin: Nanos,
+        artifact: Option<Arc<ModelArtifact>>,
+        ctx: &mut Context<Self>,
+    ) {
+        let work = match artifact {
+            Some(artifact) => {
+                let item: Vec<Tensor> = artifact.spec.inputs.iter().map(Tensor::zeros).collect();
+                let job = InferJob {
+                    model: artifact.id,
+                    inputs: vec![Arc::new(item)],
+                };
+                // Its outputs are nobody's.
+                without_outputs(self.backend.infer(job))
+            }
+            None => without_outputs(self.backend.unload(action.model)),
+        };
+        self.run(action, begin, work, ctx);
     }
 
     /// Second half of a LOAD, once the model cache answered: reserve the pages and copy.
@@ -231,8 +266,9 @@ fn with_outputs(
     })
 }
 
-fn without_outputs(
-    work: BackendFuture<Executed<()>>,
+/// Work that answers no outputs, or whose outputs nobody reads (a probe's run).
+fn without_outputs<T: 'static>(
+    work: BackendFuture<Executed<T>>,
 ) -> BackendFuture<Executed<Option<BatchOutputs>>> {
     Box::pin(async move {
         work.await.map(|e| Executed {

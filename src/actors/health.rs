@@ -14,13 +14,16 @@
 //!   the device; the policy runs that batch's requests again alone); any action that
 //!   succeeds resets the count.
 //! - An out device gets no work (the policy treats it as suspect), so no report would
-//!   ever bring it back: after a backoff the controller sends it a probe (an UNLOAD of a
-//!   model no registry gives, [`PROBE_MODEL`], which exercises the device and changes
-//!   nothing). A probe that succeeds brings it back; one that fails doubles the backoff,
-//!   up to `max_backoff`. The backoff also doubles each time the device is taken out
-//!   again before one of its planned actions succeeded, up to `max_relapse_backoff` (a
-//!   minute), so a device that passes probes but fails work is retried ever less often,
-//!   at most three failed batches a minute once it has relapsed ten times.
+//!   ever bring it back: after a backoff the controller sends it a probe of real work
+//!   (`ActionKind::Probe`: one item of zeros through a model resident on the device, or
+//!   with none resident an UNLOAD of a model no registry gives, [`PROBE_MODEL`], which
+//!   changes nothing). A probe that succeeds brings it back (a model failing on the
+//!   zeros, `ActionError::Model`, counts as success: the device ran it); one that fails
+//!   doubles the backoff, up to `max_backoff`. The backoff also doubles each time the
+//!   device is taken out again before one of its planned actions succeeded, up to
+//!   `max_relapse_backoff` (a minute): a device that passes probes but fails its work
+//!   (its runs pass but its LOADs fail, or it has no model resident to run) is retried
+//!   ever less often, at most three failed batches a minute once it has relapsed ten times.
 //! - A hang is the watchdog's (an action with no report by its deadline): the device is
 //!   suspect until it reports again, and a late report brings it back. A device that runs
 //!   several times slower than its estimates hangs that way over and over, back at each
@@ -45,7 +48,8 @@ use crate::time::{Nanos, MS};
 /// pace, the pace that ends a run of hangs.
 pub const SLOW_FACTOR: u64 = 2;
 
-/// The model a probe unloads: no registry gives this id, so a probe never touches weights.
+/// The model of a probe: the model a probe unloads when the device holds none to run (no
+/// registry gives this id, so it never touches weights).
 pub const PROBE_MODEL: ModelId = ModelId(u32::MAX);
 
 /// The rule's numbers.

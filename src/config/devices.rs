@@ -82,6 +82,10 @@ pub struct FaultConfig {
     /// From a time on, every action panics in the backend (a crashing driver): the
     /// action fails, the server lives on.
     pub panic: Option<FaultEpisode>,
+    /// From a time on, every INFER fails with a device error while LOADs and UNLOADs
+    /// pass (a device whose runs fail but whose memory copies work): only a probe that
+    /// runs real work tells it is still broken.
+    pub failing_runs: Option<FaultEpisode>,
 }
 
 impl FaultConfig {

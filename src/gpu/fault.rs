@@ -45,6 +45,7 @@ struct Faults {
     slowdown: Option<(Nanos, Nanos, f64)>,
     hang: Option<(Nanos, Nanos)>,
     panic: Option<(Nanos, Nanos)>,
+    failing_runs: Option<(Nanos, Nanos)>,
 }
 
 /// (from, until) of an episode; `Nanos::MAX` for one without an end.
@@ -64,6 +65,7 @@ fn within(window: Option<(Nanos, Nanos)>, now: Nanos) -> bool {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Op {
     Load,
+    Infer,
     Other,
 }
 
@@ -78,6 +80,7 @@ impl Faulty {
                 .map(|s| (nanos(s.from), nanos(s.until), s.factor)),
             hang: config.hang.as_ref().map(window),
             panic: config.panic.as_ref().map(window),
+            failing_runs: config.failing_runs.as_ref().map(window),
         };
         let rng = StdRng::seed_from_u64(config.seed.wrapping_add(seed));
         Self {
@@ -123,6 +126,9 @@ impl Faulty {
             if let Some(error) = failure {
                 return Err(error);
             }
+            if op == Op::Infer && within(faults.failing_runs, begin) {
+                return Err(DeviceError::Injected("the run failed"));
+            }
             let started = work(
                 inner
                     .lock()
@@ -167,7 +173,7 @@ impl Backend for Faulty {
     }
 
     fn infer(&self, job: InferJob) -> BackendFuture<Executed<BatchOutputs>> {
-        self.wrap(Op::Other, move |b| b.infer(job))
+        self.wrap(Op::Infer, move |b| b.infer(job))
     }
 }
 

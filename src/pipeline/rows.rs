@@ -18,21 +18,14 @@ pub(super) fn cut_row(t: &Tensor, r: usize) -> Tensor {
 
 /// A zero row of the declared row shape (varying dimensions taken as 1).
 pub(super) fn zero_row(name: &str, spec: Option<&TensorSpec>) -> Tensor {
-    let (datatype, shape) = spec.map_or((DataType::Fp32, vec![]), |s| {
-        (
-            s.datatype,
-            s.shape
-                .iter()
-                .map(|&d| usize::try_from(d).unwrap_or(1))
-                .collect(),
-        )
-    });
-    let bytes = shape.iter().product::<usize>() * datatype.size().unwrap_or(1);
+    let undeclared = TensorSpec {
+        name: name.to_owned(),
+        datatype: DataType::Fp32,
+        shape: Vec::new(),
+    };
     Tensor {
         name: name.to_owned(),
-        datatype,
-        shape,
-        data: vec![0u8; bytes].into(),
+        ..Tensor::zeros(spec.unwrap_or(&undeclared))
     }
 }
 

@@ -202,7 +202,8 @@ impl<T: Queued> ExecutorCore<T> {
             ActionKind::Load if self.weights.contains_key(&action.model) => {
                 Err(ActionError::AlreadyResident)
             }
-            ActionKind::Load => Ok(()),
+            // The executor picks a resident model when it starts, or runs none.
+            ActionKind::Load | ActionKind::Probe => Ok(()),
             ActionKind::Unload => {
                 if let Some(w) = self.weights.remove(&action.model) {
                     self.used -= w.pages;

@@ -44,6 +44,12 @@ pub enum ActionKind {
         /// (each request's items one after another, never split over batches).
         requests: Vec<RequestId>,
     },
+    /// Test the device with real work, for the controller's health rule: one item of
+    /// zeros through a model resident on it (the lowest id; its outputs are dropped), or
+    /// with none resident, an UNLOAD of the action's model (an id no registry gives, which
+    /// changes nothing). A device that passes an UNLOAD but fails its runs fails this.
+    /// Runs on the exec lane; the policies never plan one.
+    Probe,
 }
 
 impl ActionKind {
@@ -58,6 +64,7 @@ impl ActionKind {
             ActionKind::Load => ActionTag::Load,
             ActionKind::Unload => ActionTag::Unload,
             ActionKind::Infer { .. } => ActionTag::Infer,
+            ActionKind::Probe => ActionTag::Probe,
         }
     }
 
@@ -74,6 +81,7 @@ pub enum ActionTag {
     Load,
     Unload,
     Infer,
+    Probe,
 }
 
 impl ActionTag {
@@ -83,12 +91,13 @@ impl ActionTag {
             ActionTag::Load => "load",
             ActionTag::Unload => "unload",
             ActionTag::Infer => "infer",
+            ActionTag::Probe => "probe",
         }
     }
 
     /// Whether it runs on the load lane (else the exec lane).
     pub fn is_load_lane(self) -> bool {
-        !matches!(self, ActionTag::Infer)
+        !matches!(self, ActionTag::Infer | ActionTag::Probe)
     }
 }
 

@@ -176,6 +176,7 @@ impl Recorder {
             }
             ActionTag::Load => self.loads += 1,
             ActionTag::Unload => self.unloads += 1,
+            ActionTag::Probe => {}
         }
         let (from, until) = self.timeline_window;
         if done.kind != ActionTag::Unload && measured.end > from && measured.begin < until {

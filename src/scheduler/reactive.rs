@@ -127,7 +127,7 @@ impl ReactivePolicy {
                 m.info.profile.latency(padded).unwrap_or(0)
             }
             ActionKind::Load => self.models[model.0 as usize].info.profile.load_latency,
-            ActionKind::Unload => 0,
+            ActionKind::Unload | ActionKind::Probe => 0,
         };
         let d = &mut self.devices[device.0 as usize];
         if kind.is_load_lane() {

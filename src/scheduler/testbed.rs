@@ -355,6 +355,8 @@ impl<P: Policy> Testbed<P> {
                 match action.kind {
                     ActionKind::Load => self.report.loads += 1,
                     ActionKind::Unload => self.report.unloads += 1,
+                    // No policy plans one: the controller's health rule sends them.
+                    ActionKind::Probe => {}
                     ActionKind::Infer { ref requests } => {
                         for r in requests {
                             let n = self.running_items.remove(&r.0);
@@ -446,7 +448,7 @@ impl<P: Policy> Testbed<P> {
                 }
                 scaled(profile.load_latency)
             }
-            ActionKind::Unload => 0,
+            ActionKind::Unload | ActionKind::Probe => 0,
             ActionKind::Infer { requests } => {
                 let latency = self.batch_latency(model, requests);
                 scaled(latency)

@@ -131,23 +131,7 @@ impl Sender {
 
 /// Zero-filled inputs of one item of these tensors (variable dimensions taken as 1).
 fn zero_inputs(specs: &[TensorSpec]) -> Vec<Tensor> {
-    specs
-        .iter()
-        .map(|t| {
-            let shape: Vec<usize> = t
-                .shape
-                .iter()
-                .map(|&d| usize::try_from(d).unwrap_or(1))
-                .collect();
-            let bytes = shape.iter().product::<usize>() * t.datatype.size().unwrap_or(1);
-            Tensor {
-                name: t.name.clone(),
-                datatype: t.datatype,
-                shape,
-                data: vec![0u8; bytes].into(),
-            }
-        })
-        .collect()
+    specs.iter().map(Tensor::zeros).collect()
 }
 
 /// Checks the built-in pipeline's declaration against the registered stage models and

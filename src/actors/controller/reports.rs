@@ -66,10 +66,13 @@ impl Controller {
         let now = self.now();
         let settled = self.watchdog.settle(report.action, report.device);
         if let Some(device) = self.probes.remove(&report.action) {
-            let change = self.health.probed(device, report.result.is_ok(), now);
+            // A model failing on the probe's zeros ran on a sound device.
+            let passed = matches!(report.result, Ok(_) | Err(ActionError::Model(_)));
+            let change = self.health.probed(device, passed, now);
             tracing::info!(
                 device = device.0,
                 back = change == Change::Back,
+                error = ?report.result.as_ref().err(),
                 "probe reported"
             );
             self.update_service(device, now);
@@ -186,8 +189,9 @@ impl Controller {
         });
     }
 
-    /// Sends a probe to each out device whose backoff is over: an UNLOAD of a model no
-    /// registry gives (the policy never sees it; its report goes to the health rule).
+    /// Sends a probe to each out device whose backoff is over: real work, one item of
+    /// zeros through a model resident there (`ActionKind::Probe`; the policy never sees
+    /// it, and its report goes to the health rule).
     pub(super) fn send_probes(&mut self, now: Nanos) {
         for device in self.health.probes_due(now) {
             self.next_repair += 1;
@@ -199,7 +203,7 @@ impl Controller {
                 earliest: now,
                 latest: Nanos::MAX,
                 expected_duration: 0,
-                kind: ActionKind::Unload,
+                kind: ActionKind::Probe,
             };
             self.probes.insert(id, device);
             self.parts.executors[device.0 as usize].do_send(Execute {

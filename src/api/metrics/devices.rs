@@ -138,6 +138,8 @@ impl DeviceMetrics {
             ActionTag::Infer => return true,
             ActionTag::Load => self.loads.with_label_values(&[device.as_str()]).inc(),
             ActionTag::Unload => self.evictions.with_label_values(&[device.as_str()]).inc(),
+            // The health rule's, never published as done.
+            ActionTag::Probe => {}
         }
         false
     }
