@@ -18,7 +18,7 @@ use crate::gpu::{
     Backend, BackendFuture, BackendInfo, BatchOutputs, DeviceError, Executed, InferJob,
     ModelArtifact,
 };
-use crate::model::DeviceId;
+use crate::model::{DeviceId, ModelId};
 use crate::protocol::core::{ExecutorCore, Lane, Step};
 use crate::scheduler::{Action, ActionError, ActionKind, Measured};
 use crate::tensor::Tensor;
@@ -118,23 +118,32 @@ impl Executor {
                 self.run(action, begin, without_outputs(work), ctx);
             }
             ActionKind::Load => {
-                let fetch = self.links.artifacts.send(FetchArtifact(action.model));
-                let fetched = fetch.into_actor(self).map(move |artifact, act, ctx| {
-                    act.load_fetched(action, begin, artifact.ok().flatten(), ctx);
+                let model = action.model;
+                self.fetch(model, ctx, move |act, artifact, ctx| {
+                    act.load_fetched(action, begin, artifact, ctx);
                 });
-                ctx.spawn(fetched);
             }
             ActionKind::Probe => match self.core.resident().min() {
-                Some(model) => {
-                    let fetch = self.links.artifacts.send(FetchArtifact(model));
-                    let fetched = fetch.into_actor(self).map(move |artifact, act, ctx| {
-                        act.probe_fetched(action, begin, artifact.ok().flatten(), ctx);
-                    });
-                    ctx.spawn(fetched);
-                }
+                Some(model) => self.fetch(model, ctx, move |act, artifact, ctx| {
+                    act.probe_fetched(action, begin, artifact, ctx);
+                }),
                 None => self.probe_fetched(action, begin, None, ctx),
             },
         }
+    }
+
+    /// Asks the model cache for `model`'s artifact, then goes on with `then`.
+    fn fetch(
+        &mut self,
+        model: ModelId,
+        ctx: &mut Context<Self>,
+        then: impl FnOnce(&mut Self, Option<Arc<ModelArtifact>>, &mut Context<Self>) + 'static,
+    ) {
+        let fetch = self.links.artifacts.send(FetchArtifact(model));
+        let fetched = fetch.into_actor(self).map(move |artifact, act, ctx| {
+            then(act, artifact.ok().flatten(), ctx);
+        });
+        ctx.spawn(fetched);
     }
 
     /// Second half of a probe: one item of zeros through the resident model whose
