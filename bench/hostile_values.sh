@@ -8,6 +8,8 @@
 # HOSTILE/s; it prints the answers of each class by status and error type, and the
 # server's device outages.
 # Usage: bench/hostile_values.sh BIN OUT [SECS] [HOSTILE]   (defaults 10 s, 4/s)
+# BACKEND=ort: the devices run ONNX Runtime (its library from scripts/onnxruntime.sh
+# unless ORT_DYLIB_PATH names one) instead of tract.
 set -u
 bin=$(realpath "$1"); out=$2; secs=${3:-10}; hostile=${4:-4}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -43,6 +45,12 @@ PY
 port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 sed -e "s|^listen = .*|listen = \"127.0.0.1:$port\"|" \
     -e "s|^path = \"models\"|path = \"$out/models\"|" config.toml > "$out/config.toml"
+if [ "${BACKEND:-cpu}" = ort ]; then
+    sed -i -e 's|^backend = "cpu"|backend = "ort"|' -e 's|^\[devices.cpu\]|[devices.ort]|' \
+        "$out/config.toml"
+    ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$(scripts/onnxruntime.sh)}
+    export ORT_DYLIB_PATH
+fi
 "$bin" serve --config "$out/config.toml" > "$out/server.log" 2>&1 & pid=$!
 for _ in $(seq 1 600); do
     curl -sf "localhost:$port/v2/models/embedding/ready" > /dev/null &&
