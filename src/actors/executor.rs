@@ -7,7 +7,9 @@
 //! for a lane's next `earliest`, fetches the model's artifact for a LOAD, runs the work on
 //! the backend and reports every action, with what was measured, to the controller.
 //!
-//! The executor holds no policy: it does exactly what it is told, when it is told.
+//! The executor holds no policy: it does exactly what it is told, when it is told. The
+//! one thing it fills in is a probe's model (`ActionKind::Probe`): whichever is resident
+//! (the lowest id), which only its core knows for certain.
 
 use std::sync::Arc;
 

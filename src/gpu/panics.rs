@@ -2,8 +2,8 @@
 //! send (a `Gather` index out of range): the cpu backend catches that as the model failing
 //! on the batch's inputs (`DeviceError::Model`). The process's panic hook would still
 //! print it, with a backtrace if `RUST_BACKTRACE` is set, on the device's own thread: in
-//! one run (bench/hostile_values.sh) symbolising those backtraces held the device long
-//! enough that 60 of 800 other requests ran out of time. Inside [`catch_quietly`] the
+//! a run of bench/hostile_values.sh symbolising those backtraces held the device past
+//! other requests' deadlines (docs/RELIABILITY.md). Inside [`catch_quietly`] the
 //! hook stays silent; the failure is the action's error, counted and answered.
 
 use std::cell::Cell;
