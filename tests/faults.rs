@@ -33,6 +33,8 @@ const HALF: Nanos = 2 * FULL;
 /// Faults with an end start at 0.5 s and end at 1.5 s.
 const FROM: Duration = Duration::from_millis(500);
 const LASTING: Duration = Duration::from_millis(1_000);
+const FROM_NANOS: Nanos = 500 * MS;
+const LASTING_NANOS: Nanos = 1_000 * MS;
 
 #[derive(Default, Debug)]
 struct Tally {
@@ -264,11 +266,15 @@ fn a_device_that_panics_is_taken_out_and_probed_back_after_the_episode() {
     assert!(crashed >= 1.0, "{}", run.metrics);
 }
 
+/// At 30 % of its actions failing: out on three failures in a row, back when a probe
+/// passes. (A probe of a device holding nothing loads, runs and unloads: three draws, so
+/// at 60 % one probe in sixteen passes, and such a device, which would fail most of its
+/// work, stays out.)
 #[test]
 fn a_device_failing_at_a_rate_is_taken_out_and_probed_back() {
     let run = run(FaultConfig {
         seed: 7,
-        failure_rate: 0.6,
+        failure_rate: 0.3,
         ..FaultConfig::default()
     });
     kept_the_promise(&run, 0);
@@ -309,6 +315,37 @@ fn a_device_whose_runs_fail_is_kept_out_by_probes_that_run() {
     let outs = run.health.iter().filter(|h| h.1.is_some()).count();
     assert_eq!(outs, 1, "{:?}", run.health);
     let series = "clockwork_device_faults{device=\"0\",kind=\"failed\"}";
+    assert_eq!(value(&run.metrics, series), 3.0, "{}", run.metrics);
+}
+
+/// A device whose LOADs fail while its runs pass, and so holds no model to run, is kept
+/// out by probes that load: it fails its first three LOADs, is taken out once, and comes
+/// back when its LOADs pass again (the episode starts at 0, before its first LOAD).
+///
+/// Mutation that breaks it: probes that name no model (`Health::probe_model` answering
+/// `PROBE_MODEL`): the device passes the probe's UNLOAD, comes back and fails three more
+/// LOADs each time.
+#[test]
+fn a_device_whose_loads_fail_is_kept_out_by_probes_that_load() {
+    let run = run(FaultConfig {
+        failing_loads: Some(FaultEpisode {
+            from: Duration::ZERO,
+            lasting: Some(FROM + LASTING),
+        }),
+        ..FaultConfig::default()
+    });
+    kept_the_promise(&run, 0);
+    let outs: Vec<_> = run.health.iter().filter(|h| h.1.is_some()).collect();
+    assert_eq!(outs.len(), 1, "{:?}", run.health);
+    assert_eq!(outs[0].1, Some(OutCause::Failing));
+    let back = run.health.last().copied();
+    assert!(
+        matches!(back, Some((at, None)) if at >= FROM_NANOS + LASTING_NANOS),
+        "back once its LOADs pass: {:?}",
+        run.health
+    );
+    assert!(!run.suspect_at_end);
+    let series = "clockwork_device_faults{device=\"0\",kind=\"load_failed\"}";
     assert_eq!(value(&run.metrics, series), 3.0, "{}", run.metrics);
 }
 

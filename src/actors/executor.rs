@@ -8,20 +8,22 @@
 //! the backend and reports every action, with what was measured, to the controller.
 //!
 //! The executor holds no policy: it does exactly what it is told, when it is told. The
-//! one thing it fills in is a probe's model (`ActionKind::Probe`): whichever is resident
-//! (the lowest id), which only its core knows for certain.
+//! one thing it fills in is a probe's work (`ActionKind::Probe`, `ProbeWork`): the model
+//! the controller names run if resident, else loaded, run and unloaded again, else
+//! whichever is resident (the lowest id), which only its core knows for certain.
 
 use std::sync::Arc;
 
 use actix::prelude::*;
 
+use super::health::PROBE_MODEL;
 use super::messages::{ActionReport, Execute, ExecutorSnapshot, FetchArtifact, SnapshotExecutor};
 use crate::gpu::{
     Backend, BackendFuture, BackendInfo, BatchOutputs, DeviceError, Executed, InferJob,
     ModelArtifact,
 };
 use crate::model::{DeviceId, ModelId};
-use crate::protocol::core::{ExecutorCore, Lane, Step};
+use crate::protocol::core::{ExecutorCore, Lane, ProbeWork, Step};
 use crate::scheduler::{Action, ActionError, ActionKind, Measured};
 use crate::tensor::Tensor;
 use crate::time::{Clock, Nanos};
@@ -125,12 +127,30 @@ impl Executor {
                     act.load_fetched(action, begin, artifact, ctx);
                 });
             }
-            ActionKind::Probe => match self.core.resident().min() {
-                Some(model) => self.fetch(model, ctx, move |act, artifact, ctx| {
-                    act.probe_fetched(action, begin, artifact, ctx);
-                }),
-                None => self.probe_fetched(action, begin, None, ctx),
-            },
+            ActionKind::Probe => {
+                // The controller names the model whose action failed last, if it knows one.
+                let named = (action.model != PROBE_MODEL).then_some(action.model);
+                self.probe(action, begin, named, ctx);
+            }
+        }
+    }
+
+    /// Runs a probe: the work [`ExecutorCore::probe_work`] picks for the `named` model.
+    fn probe(
+        &mut self,
+        action: Action,
+        begin: Nanos,
+        named: Option<ModelId>,
+        ctx: &mut Context<Self>,
+    ) {
+        match self.core.probe_work(named) {
+            ProbeWork::Run(model) => self.fetch(model, ctx, move |act, artifact, ctx| {
+                act.probe_fetched(action, begin, artifact, ctx);
+            }),
+            ProbeWork::LoadAndRun(model) => self.fetch(model, ctx, move |act, artifact, ctx| {
+                act.probe_load(action, begin, artifact, ctx);
+            }),
+            ProbeWork::Nothing => self.probe_fetched(action, begin, None, ctx),
         }
     }
 
@@ -158,18 +178,77 @@ impl Executor {
         ctx: &mut Context<Self>,
     ) {
         let work = match artifact {
-            Some(artifact) => {
-                let item: Vec<Tensor> = artifact.spec.inputs.iter().map(Tensor::zeros).collect();
-                let job = InferJob {
-                    model: artifact.id,
-                    inputs: vec![Arc::new(item)],
-                };
-                // Its outputs are nobody's.
-                without_outputs(self.backend.infer(job))
-            }
-            None => without_outputs(self.backend.unload(action.model)),
+            // Its outputs are nobody's.
+            Some(artifact) => without_outputs(self.backend.infer(zeros(&artifact))),
+            None => without_outputs(self.backend.unload(PROBE_MODEL)),
         };
         self.run(action, begin, work, ctx);
+    }
+
+    /// Second half of a probe that loads: reserve the pages, LOAD, run one item of zeros,
+    /// UNLOAD, give the pages back, then report (a model failing on the zeros passes, as
+    /// in any probe). Without the artifact or the pages, a run of what is resident.
+    fn probe_load(
+        &mut self,
+        action: Action,
+        begin: Nanos,
+        artifact: Option<Arc<ModelArtifact>>,
+        ctx: &mut Context<Self>,
+    ) {
+        let reserved = artifact.filter(|a| {
+            let pages = a.spec.profile.pages(self.page_bytes);
+            self.core.reserve(a.id, pages).is_ok()
+        });
+        let Some(artifact) = reserved else {
+            return self.probe(action, begin, None, ctx);
+        };
+        let (model, job) = (artifact.id, zeros(&artifact));
+        let load = self.backend.load(artifact);
+        self.then(load, ctx, move |act, loaded, ctx| {
+            if let Err(error) = loaded {
+                return act.end_probe_load(&action, begin, model, Err(error), ctx);
+            }
+            let run = act.backend.infer(job);
+            act.then(run, ctx, move |act, ran, ctx| {
+                let unload = act.backend.unload(model);
+                act.then(unload, ctx, move |act, unloaded, ctx| {
+                    let result = ran.map(drop).and(unloaded.map(drop));
+                    act.end_probe_load(&action, begin, model, result, ctx);
+                });
+            });
+        });
+    }
+
+    /// The end of a probe that loaded `model`: its pages are free again.
+    fn end_probe_load(
+        &mut self,
+        action: &Action,
+        begin: Nanos,
+        model: ModelId,
+        result: Result<(), DeviceError>,
+        ctx: &mut Context<Self>,
+    ) {
+        self.core.release(model);
+        let end = self.clock.now();
+        let measured = result.map_err(action_error).map(|()| Measured {
+            begin,
+            end,
+            duration: end - begin,
+        });
+        self.finish(action, measured, None, ctx);
+    }
+
+    /// Runs backend work (a panic fails it, the executor lives on), then `next`.
+    fn then<T: 'static>(
+        &mut self,
+        work: BackendFuture<T>,
+        ctx: &mut Context<Self>,
+        next: impl FnOnce(&mut Self, Result<T, DeviceError>, &mut Context<Self>) + 'static,
+    ) {
+        let done = crate::gpu::fault::catch_panics(work)
+            .into_actor(self)
+            .map(move |result, act, ctx| next(act, result, ctx));
+        ctx.spawn(done);
     }
 
     /// Second half of a LOAD, once the model cache answered: reserve the pages and copy.
@@ -202,29 +281,24 @@ impl Executor {
         work: BackendFuture<Executed<Option<BatchOutputs>>>,
         ctx: &mut Context<Self>,
     ) {
-        // A backend that panics fails its action; the executor and its device live on.
-        let done =
-            crate::gpu::fault::catch_panics(work)
-                .into_actor(self)
-                .map(move |result, act, ctx| {
-                    let end = act.clock.now();
-                    let (measured, outputs) = match result {
-                        Ok(executed) => {
-                            let duration = executed.device_time.unwrap_or(end - begin);
-                            (
-                                Ok(Measured {
-                                    begin,
-                                    end,
-                                    duration,
-                                }),
-                                executed.value,
-                            )
-                        }
-                        Err(error) => (Err(action_error(error)), None),
-                    };
-                    act.finish(&action, measured, outputs, ctx);
-                });
-        ctx.spawn(done);
+        self.then(work, ctx, move |act, result, ctx| {
+            let end = act.clock.now();
+            let (measured, outputs) = match result {
+                Ok(executed) => {
+                    let duration = executed.device_time.unwrap_or(end - begin);
+                    (
+                        Ok(Measured {
+                            begin,
+                            end,
+                            duration,
+                        }),
+                        executed.value,
+                    )
+                }
+                Err(error) => (Err(action_error(error)), None),
+            };
+            act.finish(&action, measured, outputs, ctx);
+        });
     }
 
     fn finish(
@@ -263,6 +337,15 @@ fn action_error(error: DeviceError) -> ActionError {
         DeviceError::Panicked(_) | DeviceError::Gone(_) => ActionError::Crashed(error.to_string()),
         DeviceError::Model(_) | DeviceError::BadInput(_) => ActionError::Model(error.to_string()),
         other => ActionError::Device(other.to_string()),
+    }
+}
+
+/// One item of zeros for `artifact`'s model: a probe's run.
+fn zeros(artifact: &ModelArtifact) -> InferJob {
+    let item: Vec<Tensor> = artifact.spec.inputs.iter().map(Tensor::zeros).collect();
+    InferJob {
+        model: artifact.id,
+        inputs: vec![Arc::new(item)],
     }
 }
 

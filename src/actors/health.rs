@@ -15,15 +15,19 @@
 //!   succeeds resets the count.
 //! - An out device gets no work (the policy treats it as suspect), so no report would
 //!   ever bring it back: after a backoff the controller sends it a probe of real work
-//!   (`ActionKind::Probe`: one item of zeros through a model resident on the device, or
-//!   with none resident an UNLOAD of a model no registry gives, [`PROBE_MODEL`], which
-//!   changes nothing). A probe that succeeds brings it back (a model failing on the
-//!   zeros, `ActionError::Model`, counts as success: the device ran it); one that fails
-//!   doubles the backoff, up to `max_backoff`. The backoff also doubles each time the
-//!   device is taken out again before one of its planned actions succeeded, up to
-//!   `max_relapse_backoff` (a minute): a device that passes probes but fails its work
-//!   (its runs pass but its LOADs fail, or it has no model resident to run) is retried
-//!   ever less often, at most three failed batches a minute once it has relapsed ten times.
+//!   (`ActionKind::Probe`) naming the model of its last failed or hung action
+//!   ([`Health::blame`]): one item of zeros through that model if it is resident, else
+//!   the model loaded into free pages, run and unloaded again (so a device whose LOADs
+//!   fail, or that holds nothing to run, fails it), else through the resident model of
+//!   lowest id; with nothing named and nothing resident, an UNLOAD of a model no registry
+//!   gives, [`PROBE_MODEL`], which changes nothing. A probe that succeeds brings it back
+//!   (a model failing on the zeros, `ActionError::Model`, counts as success: the device
+//!   ran it); one that fails doubles the backoff, up to `max_backoff`. The backoff also
+//!   doubles each time the device is taken out again before one of its planned actions
+//!   succeeded, up to `max_relapse_backoff` (a minute): a device that passes probes but
+//!   fails its work (its LOADs fail while its memory is too full for the probe's own
+//!   LOAD) is retried ever less often, at most three failed batches a minute once it has
+//!   relapsed ten times.
 //! - A hang is the watchdog's (an action with no report by its deadline): the device is
 //!   suspect until it reports again, and a late report brings it back. A device that runs
 //!   several times slower than its estimates hangs that way over and over, back at each
@@ -48,8 +52,9 @@ use crate::time::{Nanos, MS};
 /// pace, the pace that ends a run of hangs.
 pub const SLOW_FACTOR: u64 = 2;
 
-/// The model of a probe: the model a probe unloads when the device holds none to run (no
-/// registry gives this id, so it never touches weights).
+/// The model of a probe that names none: the executor runs the resident model of lowest
+/// id, or with none resident unloads this one (no registry gives this id, so it never
+/// touches weights).
 pub const PROBE_MODEL: ModelId = ModelId(u32::MAX);
 
 /// The rule's numbers.
@@ -124,6 +129,8 @@ struct Device {
     out: Option<Out>,
     /// Times taken out since one of its planned actions last succeeded.
     episodes: u32,
+    /// The model of its last planned action that failed or hung: what its probes try.
+    blamed: Option<ModelId>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -186,6 +193,22 @@ impl Health {
         };
         d.run = None;
         Self::take_out(rule, d, cause, now)
+    }
+
+    /// A planned action of `device` on `model` failed or hung: its probes try that model
+    /// (run if resident, else loaded and run), so that a device whose LOADs fail, or
+    /// that holds nothing to run, fails them too.
+    pub fn blame(&mut self, device: DeviceId, model: ModelId) {
+        self.devices.entry(device).or_default().blamed = Some(model);
+    }
+
+    /// The model a probe of `device` names: the one last blamed, else [`PROBE_MODEL`]
+    /// (the executor then runs whatever is resident).
+    pub fn probe_model(&self, device: DeviceId) -> ModelId {
+        self.devices
+            .get(&device)
+            .and_then(|d| d.blamed)
+            .unwrap_or(PROBE_MODEL)
     }
 
     /// The watchdog gave up on an action of `device`, in service until then.

@@ -176,3 +176,13 @@ fn a_device_that_passes_probes_but_fails_its_work_waits_longer_each_relapse() {
     h.reported(D, Err(&ActionError::Crashed("x".into())), due + 1_002);
     assert_eq!(h.next_probe(), Some(due + 1_102));
 }
+
+#[test]
+fn a_probe_names_the_model_last_blamed() {
+    let mut h = Health::new(rule());
+    assert_eq!(h.probe_model(D), PROBE_MODEL);
+    h.blame(D, ModelId(4));
+    h.blame(D, ModelId(2));
+    assert_eq!(h.probe_model(D), ModelId(2));
+    assert_eq!(h.probe_model(DeviceId(1)), PROBE_MODEL);
+}

@@ -86,6 +86,10 @@ pub struct FaultConfig {
     /// pass (a device whose runs fail but whose memory copies work): only a probe that
     /// runs real work tells it is still broken.
     pub failing_runs: Option<FaultEpisode>,
+    /// From a time on, every LOAD fails with a device error while INFERs and UNLOADs pass
+    /// (weights that cannot be copied in, on a device whose runs work): only a probe that
+    /// loads tells it is still broken.
+    pub failing_loads: Option<FaultEpisode>,
 }
 
 impl FaultConfig {

@@ -46,6 +46,7 @@ struct Faults {
     hang: Option<(Nanos, Nanos)>,
     panic: Option<(Nanos, Nanos)>,
     failing_runs: Option<(Nanos, Nanos)>,
+    failing_loads: Option<(Nanos, Nanos)>,
 }
 
 /// (from, until) of an episode; `Nanos::MAX` for one without an end.
@@ -81,6 +82,7 @@ impl Faulty {
             hang: config.hang.as_ref().map(window),
             panic: config.panic.as_ref().map(window),
             failing_runs: config.failing_runs.as_ref().map(window),
+            failing_loads: config.failing_loads.as_ref().map(window),
         };
         let rng = StdRng::seed_from_u64(config.seed.wrapping_add(seed));
         Self {
@@ -128,6 +130,9 @@ impl Faulty {
             }
             if op == Op::Infer && within(faults.failing_runs, begin) {
                 return Err(DeviceError::Injected("the run failed"));
+            }
+            if op == Op::Load && within(faults.failing_loads, begin) {
+                return Err(DeviceError::Injected("weights failed to load"));
             }
             let started = work(
                 inner

@@ -84,6 +84,18 @@ pub enum Step<T> {
     Refuse(T, ActionError),
 }
 
+/// What a probe runs (`ActionKind::Probe`), chosen by [`ExecutorCore::probe_work`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeWork {
+    /// One item of zeros through this resident model.
+    Run(ModelId),
+    /// LOAD this model into free pages, run one item of zeros through it, UNLOAD it: the
+    /// work a device whose LOADs fail, or that holds nothing to run, fails.
+    LoadAndRun(ModelId),
+    /// Nothing resident and nothing named: an UNLOAD of a model the device never held.
+    Nothing,
+}
+
 /// Weights of one model on the device.
 #[derive(Clone, Copy, Debug)]
 struct Weights {
@@ -202,7 +214,7 @@ impl<T: Queued> ExecutorCore<T> {
             ActionKind::Load if self.weights.contains_key(&action.model) => {
                 Err(ActionError::AlreadyResident)
             }
-            // The executor picks a resident model when it starts, or runs none.
+            // The executor picks the probe's work when it starts (`actors::executor`).
             ActionKind::Load | ActionKind::Probe => Ok(()),
             ActionKind::Unload => {
                 if let Some(w) = self.weights.remove(&action.model) {
@@ -250,6 +262,34 @@ impl<T: Queued> ExecutorCore<T> {
             if let Some(w) = self.weights.remove(&action.model) {
                 self.used -= w.pages;
             }
+        }
+    }
+
+    /// The work of a probe of a device whose last failed action was of `named` (if known):
+    /// that model run if it is resident, else loaded and run (the weights may be what
+    /// fails), else a run of the resident model of lowest id. The LOAD needs free pages:
+    /// the executor falls back to `probe_work(None)` when [`reserve`](Self::reserve)
+    /// refuses.
+    pub fn probe_work(&self, named: Option<ModelId>) -> ProbeWork {
+        match named {
+            Some(model) if self.is_ready(model) => ProbeWork::Run(model),
+            Some(model) => ProbeWork::LoadAndRun(model),
+            None => self
+                .resident()
+                .min()
+                .map_or(ProbeWork::Nothing, ProbeWork::Run),
+        }
+    }
+
+    fn is_ready(&self, model: ModelId) -> bool {
+        self.weights.get(&model).is_some_and(|w| w.ready)
+    }
+
+    /// Gives back the pages of `model`'s weights, loaded or not: a probe's own LOAD, whose
+    /// weights it unloads again before it reports.
+    pub fn release(&mut self, model: ModelId) {
+        if let Some(w) = self.weights.remove(&model) {
+            self.used -= w.pages;
         }
     }
 

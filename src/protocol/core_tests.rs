@@ -184,3 +184,41 @@ fn a_second_load_of_the_same_weights_is_refused() {
         "reserve keeps the rule too"
     );
 }
+
+#[test]
+fn a_probe_runs_the_named_model_if_resident_else_loads_it() {
+    let mut core = ExecutorCore::new(10);
+    let other = ModelId(1);
+    assert_eq!(core.probe_work(None), ProbeWork::Nothing);
+    assert_eq!(core.probe_work(Some(MODEL)), ProbeWork::LoadAndRun(MODEL));
+    loaded(&mut core, 1, MODEL, 2);
+    loaded(&mut core, 2, other, 3);
+    assert_eq!(core.probe_work(Some(MODEL)), ProbeWork::Run(MODEL));
+    assert_eq!(core.probe_work(None), ProbeWork::Run(other), "lowest id");
+    assert_eq!(
+        core.probe_work(Some(ModelId(7))),
+        ProbeWork::LoadAndRun(ModelId(7))
+    );
+    // A model still loading is not run.
+    core.submit(load_of(3, ModelId(8)));
+    started(core.next(Lane::Load, 0));
+    assert_eq!(core.reserve(ModelId(8), 1), Ok(()));
+    assert_eq!(
+        core.probe_work(Some(ModelId(8))),
+        ProbeWork::LoadAndRun(ModelId(8))
+    );
+}
+
+#[test]
+fn a_probe_gives_back_the_pages_of_its_own_load() {
+    let mut core = ExecutorCore::<Action>::new(10);
+    loaded(&mut core, 1, MODEL, 4);
+    assert_eq!(core.reserve(ModelId(5), 6), Ok(()));
+    assert_eq!(core.pages_used(), 10);
+    assert_eq!(core.reserve(ModelId(6), 1), Err(ActionError::NoFreePages));
+    core.release(ModelId(5));
+    assert_eq!(core.pages_used(), 4);
+    core.release(ModelId(5));
+    assert_eq!(core.pages_used(), 4, "released once");
+    assert_eq!(core.resident().collect::<Vec<_>>(), vec![MODEL]);
+}

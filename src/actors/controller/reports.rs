@@ -3,7 +3,7 @@
 //! drain's deadline leaves.
 
 use super::*;
-use crate::actors::health::{Change, Pace, PROBE_MODEL};
+use crate::actors::health::{Change, Pace};
 use crate::events::OutCause;
 
 impl Controller {
@@ -24,6 +24,7 @@ impl Controller {
                 // A new hang of a device in service (its other actions overdue now are
                 // the same hang).
                 self.health.hung(device);
+                self.health.blame(device, sent.action.model);
             }
             self.update_service(device, now);
             let report = ActionReport {
@@ -123,6 +124,9 @@ impl Controller {
             .result
             .as_ref()
             .map(|m| Pace::of(m.duration, expected));
+        if let Err(ActionError::Device(_) | ActionError::Crashed(_)) = &report.result {
+            self.health.blame(report.device, sent.action.model);
+        }
         let change = self.health.reported(report.device, pace, now);
         if let Change::Out(cause) = change {
             tracing::warn!(
@@ -189,9 +193,9 @@ impl Controller {
         });
     }
 
-    /// Sends a probe to each out device whose backoff is over: real work, one item of
-    /// zeros through a model resident there (`ActionKind::Probe`; the policy never sees
-    /// it, and its report goes to the health rule).
+    /// Sends a probe to each out device whose backoff is over: real work on the model of
+    /// its last failed action (`ActionKind::Probe`, `Health::probe_model`; the policy never
+    /// sees it, and its report goes to the health rule).
     pub(super) fn send_probes(&mut self, now: Nanos) {
         for device in self.health.probes_due(now) {
             self.next_repair += 1;
@@ -199,7 +203,7 @@ impl Controller {
             let probe = Action {
                 id,
                 device,
-                model: PROBE_MODEL,
+                model: self.health.probe_model(device),
                 earliest: now,
                 latest: Nanos::MAX,
                 expected_duration: 0,
