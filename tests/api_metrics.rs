@@ -181,3 +181,88 @@ async fn every_metric_the_grafana_dashboard_reads_is_served() {
     assert!(wanted.iter().all(|n| served(&text, n)));
     server.stop().await;
 }
+
+/// Two emulated V100s, device 0's LOADs failing for its first 300 ms: it is taken out
+/// while the models load at start.
+const LOADS_FAIL_AT_START: &str = r#"
+[[devices]]
+backend = "sim"
+profile = "v100"
+count = 2
+
+[devices.faults]
+devices = [0]
+failing_loads = { from = "0s", lasting = "300ms" }
+
+[[models]]
+name = "mlp"
+profile = "mlp-small"
+slo = "100ms"
+"#;
+
+/// Whether device 0 is out of service, by the controller's snapshot.
+async fn device_0_out(runtime: &clockwork::actors::Runtime) -> bool {
+    use clockwork::actors::messages::SnapshotController;
+    let snapshot = runtime.controller.send(SnapshotController).await.unwrap();
+    snapshot.policy.devices[0].suspect
+}
+
+/// Waits (bounded) until device 0's being out is `out`.
+async fn until_device_0(runtime: &clockwork::actors::Runtime, out: bool) {
+    for _ in 0..400 {
+        if device_0_out(runtime).await == out {
+            return;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("device 0 never became out = {out}");
+}
+
+/// A device taken out before the API started is counted out, with its failed LOADs, and
+/// its coming back leaves no device out (the metrics read every event since the runtime
+/// started).
+///
+/// Mutation that breaks it: the metrics subscribing when the API starts
+/// (`runtime.events.subscribe()` in `ApiState::new`): no outage, no failed LOAD, and
+/// `clockwork_devices_out` at -1 once the device is back.
+#[actix_web::test]
+async fn a_device_out_before_the_api_started_is_counted() {
+    use clockwork::actors::{Placement, RuntimeBuilder};
+    use clockwork::api::{ApiSettings, ApiState};
+    use clockwork::config::Config;
+    use clockwork::time::Clock;
+
+    let config = Config::parse(LOADS_FAIL_AT_START).unwrap();
+    let runtime = RuntimeBuilder::from_config(Clock::start(), &config)
+        .unwrap()
+        .placement(Placement::Threads)
+        .start()
+        .unwrap();
+    until_device_0(&runtime, true).await;
+    let state = ApiState::new(&runtime, ApiSettings::default()).unwrap();
+    let read = |text: &str, series: &str| value(text, series).unwrap_or(0.0);
+    let mut text = String::new();
+    for _ in 0..200 {
+        text = state.metrics.render();
+        if read(&text, "clockwork_devices_out") == 1.0 {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(read(&text, "clockwork_devices_out"), 1.0, "{text}");
+    let outages = "clockwork_device_outages{cause=\"failing\"}";
+    assert_eq!(read(&text, outages), 1.0, "{text}");
+    let failed = "clockwork_device_faults{device=\"0\",kind=\"load_failed\"}";
+    assert!(read(&text, failed) >= 3.0, "{text}");
+
+    until_device_0(&runtime, false).await;
+    for _ in 0..200 {
+        text = state.metrics.render();
+        if read(&text, "clockwork_devices_out") != 1.0 {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(read(&text, "clockwork_devices_out"), 0.0, "{text}");
+    runtime.shutdown().await;
+}

@@ -1,6 +1,6 @@
 //! Building and stopping the actor system.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use actix::prelude::*;
 
@@ -13,7 +13,7 @@ use super::registry::{Candidate, Catalog, ModelTable, Registry};
 use super::{Controller, ControllerParts, ControllerSettings, Executor, ExecutorLinks, ModelCache};
 use crate::config::{BackendKind, PolicyConfig, RuntimeConfig};
 use crate::cores::CorePlan;
-use crate::events::EventBus;
+use crate::events::{Event, EventBus};
 use crate::gpu::profiles;
 use crate::gpu::Backend;
 use crate::model::{ModelId, ModelSpec};
@@ -123,6 +123,10 @@ pub struct Runtime {
     pub pipelines: PipelineTable,
     /// What serving another pipeline needs (a repository load).
     pub pipeline_host: PipelineHost,
+    /// Subscribed before the controller started, for the first who asks
+    /// ([`Runtime::events_from_start`]): what happens while the models load at start (a
+    /// device taken out, a LOAD that failed) comes before any API exists to count it.
+    from_start: Mutex<Option<tokio::sync::broadcast::Receiver<Event>>>,
     arbiters: Vec<Arbiter>,
 }
 
@@ -274,6 +278,7 @@ impl RuntimeBuilder {
             admission: Arc::default(),
         };
         let events = parts.events.clone();
+        let from_start = Mutex::new(Some(events.subscribe()));
         let admission = Arc::clone(&parts.admission);
         let controller = Controller::new(parts);
         home.spawn(async move {
@@ -303,6 +308,7 @@ impl RuntimeBuilder {
             cores: self.cores,
             pipelines: pipeline_host.table.clone(),
             pipeline_host,
+            from_start,
             arbiters,
         })
     }
@@ -425,6 +431,18 @@ impl Runtime {
         for arbiter in &self.arbiters {
             arbiter.stop();
         }
+    }
+
+    /// Every event since the runtime started, to the first caller (the metrics: a device
+    /// out since the start is counted out, and its coming back then leaves the gauge at
+    /// 0, not -1); later callers get the events from now on.
+    pub fn events_from_start(&self) -> tokio::sync::broadcast::Receiver<Event> {
+        let first = self
+            .from_start
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        first.unwrap_or_else(|| self.events.subscribe())
     }
 
     /// Id of a model by name.

@@ -133,15 +133,16 @@ pub struct ApiState {
 }
 
 impl ApiState {
-    /// The API of a running runtime; starts the task that turns its events into metrics,
-    /// so it must be called inside the actix system that serves. The metrics and the model
+    /// The API of a running runtime; starts the task that turns its events into metrics
+    /// (every event since the runtime started), so it must be called inside the actix
+    /// system that serves. The metrics and the model
     /// table watch the runtime's registry, metrics first: a request the table admits finds
     /// its series.
     pub fn new(runtime: &Runtime, settings: ApiSettings) -> anyhow::Result<Self> {
         let metrics = Arc::new(Metrics::new(&[])?);
         let series = Arc::clone(&metrics);
         runtime.table.watch(move |m| series.add_model(&m.spec));
-        metrics::collect(Arc::clone(&metrics), runtime.events.subscribe());
+        metrics::collect(Arc::clone(&metrics), runtime.events_from_start());
         trace::start(&runtime.events);
         let dashboard = dashboard::Dashboard::start(runtime, Arc::clone(&metrics));
         let openapi = openapi::document().to_json()?;
