@@ -15,6 +15,7 @@ if [ -z "${BIN:-}" ]; then
     BIN=target/release/clockwork
 fi
 work=$(mktemp -d)
+server="" sampler=""
 trap 'kill "$server" "$sampler" 2>/dev/null || true; cp "$work/server.log" "${LOG:-/dev/null}" 2>/dev/null; rm -rf "$work"' EXIT
 port=$((20000 + RANDOM % 20000))
 # The default configuration, two cpu devices, faults on device 0 (times from the start).

@@ -482,21 +482,6 @@ impl Policy for ReactivePolicy {
     }
 }
 
-impl ReactivePolicy {
-    /// Ready replicas per model (this baseline loads a model on its first request only).
-    fn ready_replicas(&self) -> Vec<u32> {
-        let mut ready = vec![0; self.models.len()];
-        for d in &self.devices {
-            for (model, r) in d.residents.iter() {
-                if r.0 {
-                    ready[model.0 as usize] += 1;
-                }
-            }
-        }
-        ready
-    }
-}
-
 #[cfg(test)]
 #[path = "reactive_tests.rs"]
 mod tests;

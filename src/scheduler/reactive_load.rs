@@ -97,3 +97,18 @@ impl ReactivePolicy {
         self.send(plan, device, model, ActionKind::Load, Work::Load, now);
     }
 }
+
+impl ReactivePolicy {
+    /// Ready replicas per model (this baseline loads a model on its first request only).
+    pub(super) fn ready_replicas(&self) -> Vec<u32> {
+        let mut ready = vec![0; self.models.len()];
+        for d in &self.devices {
+            for (model, r) in d.residents.iter() {
+                if r.0 {
+                    ready[model.0 as usize] += 1;
+                }
+            }
+        }
+        ready
+    }
+}
