@@ -124,8 +124,10 @@ pub struct Runtime {
     /// What serving another pipeline needs (a repository load).
     pub pipeline_host: PipelineHost,
     /// Subscribed before the controller started, for the first who asks
-    /// ([`Runtime::events_from_start`]): what happens while the models load at start (a
-    /// device taken out, a LOAD that failed) comes before any API exists to count it.
+    /// ([`Runtime::events_from_start`]: the API's metrics, the simulator's recorder): what
+    /// happens while the models load at start (a device taken out, a LOAD that failed)
+    /// comes before any API exists to count it. Until taken it holds at most the bus's
+    /// backlog.
     from_start: Mutex<Option<tokio::sync::broadcast::Receiver<Event>>>,
     arbiters: Vec<Arbiter>,
 }

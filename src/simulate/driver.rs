@@ -251,7 +251,7 @@ async fn simulate(
     )));
     let listener = {
         let recorder = Rc::clone(&recorder);
-        Listener::spawn(runtime.events.subscribe(), move |event| match event {
+        Listener::spawn(runtime.events_from_start(), move |event| match event {
             Event::ActionDone(done) => recorder.borrow_mut().action(&done),
             Event::FanOut(f) => {
                 let count = u32::try_from(f.count).unwrap_or(u32::MAX);
