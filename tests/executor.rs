@@ -255,3 +255,48 @@ fn infer_returns_outputs_per_request() {
         assert_eq!(report.result.unwrap().duration, 5_880_000);
     });
 }
+
+/// A probe (`ActionKind::Probe`) naming a model the device does not hold loads it, runs
+/// one item of zeros and unloads it: its time is the LOAD's and the run's, and the pages
+/// are free again after.
+#[test]
+fn a_probe_of_a_model_not_resident_loads_runs_and_unloads_it() {
+    virtual_system().unwrap().block_on(async {
+        let mut rig = rig(100);
+        let probe = rig.send(RESNET, ActionKind::Probe, 0, u64::MAX);
+        let m = rig.measured(probe).await;
+        assert_eq!(m.duration, 8_310_000 + 2_730_000, "the LOAD, then one run");
+        let snapshot = rig.executor.send(SnapshotExecutor).await.unwrap();
+        assert!(snapshot.resident.is_empty(), "{:?}", snapshot.resident);
+        assert_eq!(snapshot.pages_used, 0);
+        // Its UNLOAD really dropped the weights: a run now finds none.
+        let infer = rig.infer(RESNET, 1, rig.clock.now(), u64::MAX);
+        let report = rig.next().await;
+        assert_eq!(report.action, infer);
+        assert_eq!(report.result, Err(ActionError::NotResident));
+    });
+}
+
+/// A probe naming a resident model runs it; one naming a model with no room to load it,
+/// or none, runs the resident model of lowest id; with nothing resident and nothing
+/// named it is an UNLOAD that changes nothing.
+#[test]
+fn a_probe_without_room_to_load_runs_what_is_resident() {
+    use clockwork::actors::health::PROBE_MODEL;
+    virtual_system().unwrap().block_on(async {
+        let mut rig = rig(7);
+        let nothing = rig.send(PROBE_MODEL, ActionKind::Probe, 0, u64::MAX);
+        assert_eq!(rig.measured(nothing).await.duration, 0);
+        let load = rig.send(RESNET, ActionKind::Load, 0, u64::MAX);
+        rig.measured(load).await;
+        let now = rig.clock.now();
+        for named in [RESNET, ModelId(1), PROBE_MODEL] {
+            let probe = rig.send(named, ActionKind::Probe, now, u64::MAX);
+            let m = rig.measured(probe).await;
+            assert_eq!(m.duration, 2_730_000, "one run of resnet, for {named:?}");
+        }
+        let snapshot = rig.executor.send(SnapshotExecutor).await.unwrap();
+        assert_eq!(snapshot.resident, vec![RESNET]);
+        assert_eq!(snapshot.pages_used, 7);
+    });
+}

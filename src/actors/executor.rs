@@ -195,6 +195,9 @@ impl Executor {
         artifact: Option<Arc<ModelArtifact>>,
         ctx: &mut Context<Self>,
     ) {
+        // The policy plans nothing on a device out of service, and the core's pages are
+        // the device's truth: a LOAD planned before the device went out finds these
+        // pages taken and is refused for want of them, never overcommitted.
         let reserved = artifact.filter(|a| {
             let pages = a.spec.profile.pages(self.page_bytes);
             self.core.reserve(a.id, pages).is_ok()
