@@ -43,7 +43,7 @@ start=$(date +%s)
 sampler=$!
 "$BIN" loadgen --url "http://127.0.0.1:$port" --rate "$rate" --duration "${secs}s" \
     --timeout 10s --quiet --out "$work/out"
-curl -s "http://127.0.0.1:$port/metrics" | grep -E '^clockwork_(device_faults|device_outages|devices_out)' || true
+curl -s "http://127.0.0.1:$port/metrics" | grep -E '^clockwork_(device_faults|device_outages|devices_out|device_probes)' || true
 python3 - "$work/out/report.json" "$work/rss" "${RSS_EVERY:-5}" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1]))["policies"][0]

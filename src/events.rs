@@ -31,6 +31,8 @@ pub enum Event {
     FanOut(FanOut),
     /// A device went out of service or came back (see `actors::health`).
     DeviceHealth(DeviceHealth),
+    /// A probe of a device out of service reported (see `actors::health`).
+    Probed(Probed),
 }
 
 /// Why a device is out of service.
@@ -68,6 +70,15 @@ pub struct DeviceHealth {
     pub at: Nanos,
     /// Why it is out now; `None` when it came back.
     pub out: Option<OutCause>,
+}
+
+/// A probe of a device out of service reported: whether it passed (the device is back).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Probed {
+    pub device: DeviceId,
+    /// When its report came.
+    pub at: Nanos,
+    pub passed: bool,
 }
 
 /// A shared name, serialised as the string.

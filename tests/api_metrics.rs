@@ -264,5 +264,7 @@ async fn a_device_out_before_the_api_started_is_counted() {
         actix_web::rt::time::sleep(Duration::from_millis(5)).await;
     }
     assert_eq!(read(&text, "clockwork_devices_out"), 0.0, "{text}");
+    let passed = "clockwork_device_probes{device=\"0\",result=\"passed\"}";
+    assert_eq!(read(&text, passed), 1.0, "{text}");
     runtime.shutdown().await;
 }

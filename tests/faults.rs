@@ -347,6 +347,13 @@ fn a_device_whose_loads_fail_is_kept_out_by_probes_that_load() {
     assert!(!run.suspect_at_end);
     let series = "clockwork_device_faults{device=\"0\",kind=\"load_failed\"}";
     assert_eq!(value(&run.metrics, series), 3.0, "{}", run.metrics);
+    // Its probes failed until the episode ended, and one brought it back.
+    let probes = |result: &str| {
+        let series = format!("clockwork_device_probes{{device=\"0\",result=\"{result}\"}}");
+        value(&run.metrics, &series)
+    };
+    assert!(probes("failed") >= 2.0, "{}", run.metrics);
+    assert_eq!(probes("passed"), 1.0, "{}", run.metrics);
 }
 
 #[test]

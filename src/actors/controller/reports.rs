@@ -70,6 +70,13 @@ impl Controller {
             // A model failing on the probe's zeros ran on a sound device.
             let passed = matches!(report.result, Ok(_) | Err(ActionError::Model(_)));
             let change = self.health.probed(device, passed, now);
+            self.parts.events.publish(|| {
+                Event::Probed(events::Probed {
+                    device,
+                    at: now,
+                    passed,
+                })
+            });
             tracing::info!(
                 device = device.0,
                 back = change == Change::Back,

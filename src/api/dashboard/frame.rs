@@ -155,7 +155,8 @@ impl Coalescer {
             Event::PipelineAnswered(_)
             | Event::StageAnswered(_)
             | Event::FanOut(_)
-            | Event::DeviceHealth(_) => {}
+            | Event::DeviceHealth(_)
+            | Event::Probed(_) => {}
         }
     }
 

@@ -8,7 +8,7 @@ use prometheus::{
 };
 
 use super::{counter, registered, seconds};
-use crate::events::{ActionDone, DeviceHealth};
+use crate::events::{ActionDone, DeviceHealth, Probed};
 use crate::protocol::{ActionError, ActionTag};
 
 /// The device families of the server's registry.
@@ -21,6 +21,7 @@ pub(super) struct DeviceMetrics {
     faults: IntCounterVec,
     outages: IntCounterVec,
     out: IntGauge,
+    probes: IntCounterVec,
 }
 
 /// The fault an action's error shows, if it shows one (refusals do not).
@@ -92,6 +93,12 @@ impl DeviceMetrics {
                 r,
                 IntGauge::new("clockwork_devices_out", "Devices out of service now")?,
             )?,
+            probes: counter(
+                r,
+                "clockwork_device_probes",
+                "Probes of devices out of service, by device and result (passed, failed)",
+                &["device", "result"],
+            )?,
         })
     }
 
@@ -104,6 +111,15 @@ impl DeviceMetrics {
             }
             None => self.out.dec(),
         }
+    }
+
+    /// A probe of a device out of service reported.
+    pub fn probed(&self, event: &Probed) {
+        let result = if event.passed { "passed" } else { "failed" };
+        let device = event.device.0.to_string();
+        self.probes
+            .with_label_values(&[device.as_str(), result])
+            .inc();
     }
 
     /// Folds one report in; an INFER's batch is counted by the model's series, hence the

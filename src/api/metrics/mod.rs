@@ -252,6 +252,7 @@ impl Metrics {
             Event::StageAnswered(e) => self.pipelines.stage(e),
             Event::FanOut(e) => self.pipelines.fan_out(e),
             Event::DeviceHealth(e) => self.devices.health(e),
+            Event::Probed(e) => self.devices.probed(e),
             // Plans are not counts: only what ran is.
             Event::ActionPlanned(_) => {}
         }
