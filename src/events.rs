@@ -68,7 +68,8 @@ pub struct DeviceHealth {
     pub device: DeviceId,
     /// When the controller decided it.
     pub at: Nanos,
-    /// Why it is out now; `None` when it came back.
+    /// Why it is out now; `None` when it came back, or left the pool while out (a remote
+    /// worker's device: out of service no more, since it is out of the pool).
     pub out: Option<OutCause>,
 }
 

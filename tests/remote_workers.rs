@@ -199,3 +199,58 @@ fn a_worker_with_the_wrong_token_is_refused_with_the_reason() {
     assert!(stderr.contains("token"), "{stderr}");
     wait_for_line(&log, "worker not joined", Duration::from_secs(5));
 }
+
+/// Waits (bounded) until the controller's `series` reads `value`.
+fn until_metric(address: &str, series: &str, value: f64, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let now = metric(address, series);
+        if now == value {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{series} stayed at {now}, not {value}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A worker's device that hangs is taken out (the watchdog's `hung`: the LOAD it was sent
+/// as it joined never reports); when the worker is then killed, its device leaves the
+/// pool and is no longer counted out of service.
+///
+/// Mutation that breaks it: `lose_device` leaving the device's outage as it was (the
+/// gauge stays at 1 for good).
+#[test]
+fn a_device_out_of_service_that_leaves_is_no_longer_counted_out() {
+    let _one = serial();
+    let cluster = format!("127.0.0.1:{}", free_port());
+    let port: u16 = cluster.rsplit(':').next().unwrap().parse().unwrap();
+    let config = controller_config(port).replace("wait_for_devices = 2", "wait_for_devices = 1");
+    let (_controller, address, log) = controller(&config);
+    // w1 alone first, its device hanging from the start: the model's LOAD goes to it.
+    let hangs = "\n[devices.faults]\nhang = { from = \"0s\" }\n";
+    let (mut w1, _l1) = worker_with("w1", &cluster, hangs);
+    until_metric(
+        &address,
+        "clockwork_devices_out",
+        1.0,
+        Duration::from_secs(10),
+    );
+    let (_w2, _l2) = worker("w2", &cluster);
+    ready_cluster(&address);
+    w1.kill();
+    let left = wait_for_line(&log, "worker's devices left", Duration::from_secs(5));
+    assert!(left.contains("worker=w1"), "{left}");
+    until_metric(
+        &address,
+        "clockwork_devices_out",
+        0.0,
+        Duration::from_secs(5),
+    );
+    assert_eq!(
+        metric(&address, "clockwork_device_outages{cause=\"hung\"}"),
+        1.0
+    );
+}

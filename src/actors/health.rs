@@ -296,6 +296,11 @@ impl Health {
             .min()
     }
 
+    /// `device` left for good (a remote worker's): no probe is due for it any more.
+    pub fn forget(&mut self, device: DeviceId) {
+        self.devices.remove(&device);
+    }
+
     /// Whether `device` is out of service.
     pub fn is_out(&self, device: DeviceId) -> bool {
         self.devices.get(&device).is_some_and(|d| d.out.is_some())

@@ -94,9 +94,21 @@ pub fn controller(config: &str) -> (Process, String, mpsc::Receiver<String>) {
 
 /// A worker named `name` with one sim device and the tests' token, dialling `controller`.
 pub fn worker(name: &str, controller: &str) -> (Process, mpsc::Receiver<String>) {
+    worker_with(name, controller, "")
+}
+
+/// As [`worker`], with `device` appended to its device group's configuration (a
+/// `[devices.faults]` table, say).
+pub fn worker_with(
+    name: &str,
+    controller: &str,
+    device: &str,
+) -> (Process, mpsc::Receiver<String>) {
     let config = temp_file(
         &format!("{name}.toml"),
-        "[cluster]\ntoken = \"t0k3n\"\n\n[[devices]]\nbackend = \"sim\"\nprofile = \"v100\"\n",
+        &format!(
+            "[cluster]\ntoken = \"t0k3n\"\n\n[[devices]]\nbackend = \"sim\"\nprofile = \"v100\"\n{device}"
+        ),
     );
     start(&[
         "worker",

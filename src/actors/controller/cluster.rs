@@ -117,6 +117,19 @@ impl Controller {
             self.watchdog.settle(*action, device);
         }
         self.parts.policy.remove_device(device, now, &mut self.plan);
+        // Out of service no more: it is out of the pool. A device that hung because its
+        // worker died (the watchdog first, the lost link later) would otherwise be
+        // counted out for good, and probed into a closed link.
+        self.health.forget(device);
+        if self.out.remove(&device).is_some() {
+            self.parts.events.publish(|| {
+                Event::DeviceHealth(events::DeviceHealth {
+                    device,
+                    at: now,
+                    out: None,
+                })
+            });
+        }
         lost.len()
     }
 }
