@@ -83,7 +83,7 @@ impl CpuSettings {
 /// A pool of `threads` for tract, or tract's single thread (the caller's) for one.
 pub fn executor(threads: usize) -> Executor {
     if threads > 1 {
-        Executor::multithread_with_name(threads, "cpu-device")
+        Executor::multithread_with_name(threads, crate::gpu::panics::POOL_THREADS)
     } else {
         Executor::SingleThread
     }
