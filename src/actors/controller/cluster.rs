@@ -121,6 +121,7 @@ impl Controller {
         // worker died (the watchdog first, the lost link later) would otherwise be
         // counted out for good, and probed into a closed link.
         self.health.forget(device);
+        self.probes.retain(|_, probed| *probed != device);
         if self.out.remove(&device).is_some() {
             self.parts.events.publish(|| {
                 Event::DeviceHealth(events::DeviceHealth {
