@@ -67,23 +67,7 @@ impl Controller {
         let now = self.now();
         let settled = self.watchdog.settle(report.action, report.device);
         if let Some(device) = self.probes.remove(&report.action) {
-            // A model failing on the probe's zeros ran on a sound device.
-            let passed = matches!(report.result, Ok(_) | Err(ActionError::Model(_)));
-            let change = self.health.probed(device, passed, now);
-            self.parts.events.publish(|| {
-                Event::Probed(events::Probed {
-                    device,
-                    at: now,
-                    passed,
-                })
-            });
-            tracing::info!(
-                device = device.0,
-                back = change == Change::Back,
-                error = ?report.result.as_ref().err(),
-                "probe reported"
-            );
-            self.update_service(device, now);
+            self.probed(device, &report.result, now);
             // Work may go to the device again, and the next probe needs the timer.
             return self.step(ctx);
         }
@@ -198,6 +182,32 @@ impl Controller {
                 out: cause,
             })
         });
+    }
+
+    /// A probe of `device` reported `result`: back in service, or probed again later.
+    fn probed(
+        &mut self,
+        device: DeviceId,
+        result: &Result<crate::scheduler::Measured, ActionError>,
+        now: Nanos,
+    ) {
+        // A model failing on the probe's zeros ran on a sound device.
+        let passed = matches!(result, Ok(_) | Err(ActionError::Model(_)));
+        let change = self.health.probed(device, passed, now);
+        self.parts.events.publish(|| {
+            Event::Probed(events::Probed {
+                device,
+                at: now,
+                passed,
+            })
+        });
+        tracing::info!(
+            device = device.0,
+            back = change == Change::Back,
+            error = ?result.as_ref().err(),
+            "probe reported"
+        );
+        self.update_service(device, now);
     }
 
     /// Sends a probe to each out device whose backoff is over: real work on the model of
