@@ -182,8 +182,9 @@ async fn every_metric_the_grafana_dashboard_reads_is_served() {
     server.stop().await;
 }
 
-/// Two emulated V100s, device 0's LOADs failing for its first 300 ms: it is taken out
-/// while the models load at start.
+/// Two emulated V100s, device 0's LOADs failing for its first second: it is taken out
+/// while the models load at start, and its probes (0.1, 0.3, 0.7 and 1.5 s after) bring
+/// it back at about 1.5 s: time enough for a test on a busy machine to see it out.
 const LOADS_FAIL_AT_START: &str = r#"
 [[devices]]
 backend = "sim"
@@ -192,7 +193,7 @@ count = 2
 
 [devices.faults]
 devices = [0]
-failing_loads = { from = "0s", lasting = "300ms" }
+failing_loads = { from = "0s", lasting = "1s" }
 
 [[models]]
 name = "mlp"
@@ -209,7 +210,7 @@ async fn device_0_out(runtime: &clockwork::actors::Runtime) -> bool {
 
 /// Waits (bounded) until device 0's being out is `out`.
 async fn until_device_0(runtime: &clockwork::actors::Runtime, out: bool) {
-    for _ in 0..400 {
+    for _ in 0..1_000 {
         if device_0_out(runtime).await == out {
             return;
         }
