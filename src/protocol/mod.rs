@@ -44,11 +44,13 @@ pub enum ActionKind {
         /// (each request's items one after another, never split over batches).
         requests: Vec<RequestId>,
     },
-    /// Test the device with real work, for the controller's health rule: one item of
-    /// zeros through a model resident on it (the lowest id; its outputs are dropped), or
-    /// with none resident, an UNLOAD of the action's model (an id no registry gives, which
-    /// changes nothing). A device that passes an UNLOAD but fails its runs fails this.
-    /// Runs on the exec lane; the policies never plan one.
+    /// Test the device with real work, for the controller's health rule: the action's
+    /// model (that of the device's last failed action) run on one item of zeros if
+    /// resident, else loaded, run and unloaded again, else the resident model of lowest
+    /// id run; with the model `PROBE_MODEL` and nothing resident, an UNLOAD of that id,
+    /// which changes nothing (`ExecutorCore::probe_work`; outputs are dropped). A device
+    /// that passes an UNLOAD but fails its runs or its LOADs fails this. Runs on the exec
+    /// lane; the policies never plan one.
     Probe,
 }
 

@@ -123,13 +123,7 @@ impl Controller {
         self.health.forget(device);
         self.probes.retain(|_, probed| *probed != device);
         if self.out.remove(&device).is_some() {
-            self.parts.events.publish(|| {
-                Event::DeviceHealth(events::DeviceHealth {
-                    device,
-                    at: now,
-                    out: None,
-                })
-            });
+            self.publish_health(device, now, None);
         }
         lost.len()
     }

@@ -175,11 +175,16 @@ impl Controller {
             tracing::info!(device = device.0, "device back in service");
         }
         self.parts.policy.set_suspect(device, cause.is_some());
+        self.publish_health(device, now, cause);
+    }
+
+    /// Tells the subscribers that `device` is out for `out`, or no longer out.
+    pub(super) fn publish_health(&self, device: DeviceId, now: Nanos, out: Option<OutCause>) {
         self.parts.events.publish(|| {
             Event::DeviceHealth(events::DeviceHealth {
                 device,
                 at: now,
-                out: cause,
+                out,
             })
         });
     }
