@@ -354,6 +354,23 @@ pub struct PolicyConfig {
     /// with it); with objectives within a few runs of a batch it may serve a few percent
     /// fewer (docs/EXPERIMENTS.md, "Admitted requests keep their place").
     pub protect_admitted: bool,
+    /// Admission learns, per model, how much later than projected its admitted requests
+    /// finished when they missed (served late, or refused after waiting), and keeps the
+    /// 99th percentile of the last 200 admissions' errors before the objective of the
+    /// next (`scheduler/clockwork/hindsight.rs`); after 200 ms without learning anything,
+    /// one request is admitted without it, so that a model refused at arrival comes back.
+    /// Without it, under overload on a device shared by models of different objectives,
+    /// the projection's expectation of the other models' work is a mean, and a fifth of
+    /// what it admits with a few ms to spare is refused after waiting most of its
+    /// objective. With it, under overload on the zoo (cpu devices) most of that is refused
+    /// at arrival instead, serving as much. Off by default: where batches are cheaper per
+    /// request (a GPU's), the requests that time out in a deep queue are the price of full
+    /// batches, and a shallower queue serves less (in virtual time, 7% fewer at 7x on
+    /// eight models of that shape, 0.70 against 0.74 of the load sweep's offered at
+    /// 1.25x); and a model of a tight objective beside one of long runs, whose misses are
+    /// as long as its objective's slack, can be refused nearly whole (docs/EXPERIMENTS.md,
+    /// "Admission in hindsight").
+    pub admission_hindsight: bool,
     /// Plan a device that runs much slower than the other devices of its kind at its own
     /// pace: once its last 3 runs (of models a peer of its kind holds too) each took at
     /// least twice its kind's quickest recent run of that batch, its estimates are scaled
@@ -402,6 +419,7 @@ impl Default for PolicyConfig {
             drift_margin: false,
             shared_arrival: true,
             protect_admitted: false,
+            admission_hindsight: false,
             device_slowdown: false,
             load_budget: ms(25),
             max_batch: 16,

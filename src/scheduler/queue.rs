@@ -25,6 +25,9 @@ pub struct Queued {
     /// It runs in a batch of its own: it was in a batch that the model failed to run on
     /// its inputs, and alone it fails, or is served, without taking others along.
     pub alone: bool,
+    /// When admission projected it to finish (its margins included), or 0 without a
+    /// projection: what it finished or was refused at teaches admission its error.
+    pub projected: Nanos,
 }
 
 /// Waiting requests of one model, earliest deadline first.
@@ -205,6 +208,16 @@ impl ModelQueue {
             .min_by_key(|q| q.latest.saturating_sub(alone(q.items)))
     }
 
+    /// The requests a batch finishing at `finish` leaves behind (their latest finish is
+    /// before it) teach admission nothing when they expire (`Queued::projected` 0).
+    pub fn left_behind(&mut self, finish: Nanos) {
+        for q in self.queue.iter_mut().take_while(|q| q.deadline < finish) {
+            if q.latest < finish {
+                q.projected = 0;
+            }
+        }
+    }
+
     /// Removes every request that `expired` says can no longer be served, in deadline
     /// order; the rest keep theirs.
     pub fn take_expired(&mut self, expired: impl Fn(&Queued) -> bool) -> Vec<Queued> {
@@ -243,6 +256,7 @@ mod tests {
             demand: 10,
             items: 1,
             alone: false,
+            projected: 0,
         }
     }
 

@@ -13,6 +13,7 @@
 //! microseconds instead of after waiting most of its objective, and its client can go
 //! elsewhere while there is still time.
 
+use super::hindsight::Keep;
 use super::{ClockworkPolicy, ModelState, DEVICE};
 use crate::model::{DeviceId, ModelId};
 use crate::scheduler::cover;
@@ -63,28 +64,16 @@ impl ClockworkPolicy {
             refuse(plan, request, Refusal::DeadlineUnreachable);
             return;
         }
-        // A pipeline's sub-request is judged by its own queue only: its stage deadline is
-        // earlier than its root's, and newly arrived roots must not push it out.
-        let shared = p.shared_arrival && request.latest_finish.is_none();
-        let ahead = (deadline, items, shared);
-        if p.early_drop && !self.can_drain_in_time(request.model, now, ahead, latest) {
-            refuse(plan, request, Refusal::DeadlineUnreachable);
-            return;
-        }
-        // Nor may it push out those admitted before it (`behind.rs`).
-        let new = Newcomer {
+        let judged = Judged {
             deadline,
+            latest,
             items,
-            shared,
-            alone: single,
+            single,
         };
-        if self.params.early_drop
-            && self.params.protect_admitted
-            && !self.keeps_those_behind(request.model, now, new)
-        {
+        let Some((projected, trial)) = self.judge_queue(request, now, judged) else {
             refuse(plan, request, Refusal::DeadlineUnreachable);
             return;
-        }
+        };
         let item = Queued {
             id: request.id,
             deadline,
@@ -93,7 +82,12 @@ impl ClockworkPolicy {
             demand,
             items,
             alone: false,
+            projected,
         };
+        if trial {
+            let m = &mut self.models[request.model.0 as usize];
+            m.hindsight.admitted(request.id, latest, now);
+        }
         let direct = request.latest_finish.is_none();
         let objective = direct.then(|| deadline.saturating_sub(request.arrival));
         self.models[request.model.0 as usize]
@@ -101,6 +95,37 @@ impl ClockworkPolicy {
             .admitted(now, objective);
         // Enqueueing re-ranks the model, with its new rate.
         self.enqueue(request.model, item);
+    }
+
+    /// Whether the queue ahead of `request` lets it finish in time (`drain_in_time`, with
+    /// its model's margin in hindsight) without pushing out those admitted before it
+    /// (`behind.rs`): its projected finish (0 without a projection) and whether it goes
+    /// as its model's trial (`hindsight.rs`), or `None` to refuse it.
+    fn judge_queue(&mut self, request: Request, now: Nanos, j: Judged) -> Option<(Nanos, bool)> {
+        let p = self.params;
+        if !p.early_drop {
+            return Some((0, false));
+        }
+        // A pipeline's sub-request is judged by its own queue only: its stage deadline is
+        // earlier than its root's, and newly arrived roots must not push it out.
+        let shared = p.shared_arrival && request.latest_finish.is_none();
+        let ahead = (j.deadline, j.items, shared);
+        let keep = if p.admission_hindsight {
+            self.models[request.model.0 as usize].hindsight.keep(now)
+        } else {
+            Keep::default()
+        };
+        let projected = self.drain_in_time(request.model, now, ahead, (j.latest, keep.margin))?;
+        let new = Newcomer {
+            deadline: j.deadline,
+            items: j.items,
+            shared,
+            alone: j.single,
+        };
+        if p.protect_admitted && !self.keeps_those_behind(request.model, now, new) {
+            return None;
+        }
+        Some((projected, keep.trial))
     }
 
     /// A request's internal deadline and latest useful finish: its objective less a
@@ -123,19 +148,25 @@ impl ClockworkPolicy {
     /// if it would wait behind other work, the replicas' drift kept as a margin
     /// ([`Projection::margin`]). Before answering no on estimates a slow spell left
     /// behind, they go back to their seeds (see `refresh_estimates`).
-    fn can_drain_in_time(
+    fn drain_in_time(
         &mut self,
         model: ModelId,
         now: Nanos,
         ahead: (Nanos, u32, bool),
-        latest: Nanos,
-    ) -> bool {
-        let fits = |projection: Option<Projection>| {
-            projection.is_none_or(|p| p.finish.saturating_add(p.margin) <= latest)
+        (latest, hindsight): (Nanos, Nanos),
+    ) -> Option<Nanos> {
+        let fits = |projection: Option<Projection>| match projection {
+            None => Some(0),
+            Some(p) => {
+                let finish = p.finish.saturating_add(p.margin);
+                (finish.saturating_add(hindsight) <= latest).then_some(finish.max(1))
+            }
         };
-        fits(self.projected_finish(model, now, ahead, latest))
-            || (self.refresh_estimates(model, now)
-                && fits(self.projected_finish(model, now, ahead, latest)))
+        fits(self.projected_finish(model, now, ahead, latest)).or_else(|| {
+            self.refresh_estimates(model, now)
+                .then(|| fits(self.projected_finish(model, now, ahead, latest)))
+                .flatten()
+        })
     }
 
     /// When a request with internal `deadline` arriving at `now` would finish if the
@@ -261,6 +292,18 @@ pub(super) struct Projection {
     /// runs fell behind the means the projection counts them at); else, or with
     /// `drift_margin` off, nothing.
     pub(super) margin: Nanos,
+}
+
+/// A request past the checks that need no queue, as [`ClockworkPolicy::judge_queue`] takes
+/// it.
+#[derive(Clone, Copy, Debug)]
+struct Judged {
+    /// Its internal deadline and latest useful finish (`internal_bounds`).
+    deadline: Nanos,
+    latest: Nanos,
+    items: u32,
+    /// Its run alone at the estimate.
+    single: Nanos,
 }
 
 /// A request about to be admitted, as [`ClockworkPolicy::keeps_those_behind`] sees it.

@@ -3,10 +3,24 @@
 //! slowdown (`estimate::Slowdown`), and the most pessimistic and optimistic over kinds.
 
 use super::ClockworkPolicy;
-use crate::model::ModelId;
+use crate::model::{ModelId, ModelProfile};
 use crate::scheduler::cover;
 use crate::scheduler::device::Runs;
+use crate::scheduler::estimate::Estimator;
 use crate::time::Nanos;
+
+/// The execution estimators of one device kind, seeded from that kind's `profile`.
+pub(super) fn seed_exec(
+    profile: &ModelProfile,
+    batches: &[u32],
+    window: usize,
+    percentile: f64,
+) -> Vec<Estimator> {
+    batches
+        .iter()
+        .map(|&b| Estimator::new(profile.latency(b).unwrap_or(0), window, percentile))
+        .collect()
+}
 
 impl ClockworkPolicy {
     /// Execution estimate of `model` at batch index `b` on device kind `kind`.

@@ -6,9 +6,11 @@
 
 use std::cmp::Reverse;
 
+use super::hindsight::Outcome;
 use super::{ClockworkPolicy, Work};
 use crate::model::{DeviceId, ModelId};
 use crate::scheduler::device::{Expected, Runs};
+use crate::scheduler::queue::Queued;
 use crate::scheduler::{cover, ActionKind, Plan, Refusal, Verdict};
 use crate::time::Nanos;
 
@@ -105,6 +107,10 @@ impl ClockworkPolicy {
             // latest useful finish first (see `ModelQueue::expiring_first`).
             let mut queue = std::mem::take(&mut self.models[model.0 as usize].queue);
             let expired = queue.take_expired(|q| now + self.best_alone(model, q.items) > q.latest);
+            for q in &expired {
+                let soonest = now + self.best_alone(model, q.items);
+                self.learn_refused(model, q, soonest, now);
+            }
             self.models[model.0 as usize].queue = queue;
             self.models[model.0 as usize].expiry = None;
             self.queued -= expired.len();
@@ -205,10 +211,14 @@ impl ClockworkPolicy {
         if self.models[model.0 as usize].queue.front().is_none() {
             return false;
         }
-        let chosen = self.choose_batch(model, runs, start);
+        let (chosen, skips) = self.choose_batch(model, runs, start);
         let expected = self.run_estimate(model, runs, chosen);
         let p = self.params;
         let m = &mut self.models[model.0 as usize];
+        if skips {
+            // Left behind on purpose, for a larger batch: not admission's error.
+            m.queue.left_behind(start + expected);
+        }
         let size = m.batches[chosen] as usize;
         let requests = m
             .queue
@@ -264,6 +274,19 @@ impl ClockworkPolicy {
         self.exec_estimate(model, kind, b)
     }
 
+    /// Tells `model`'s hindsight of `q`, refused after waiting: it could have finished
+    /// by `soonest` at the earliest.
+    fn learn_refused(&mut self, model: ModelId, q: &Queued, soonest: Nanos, now: Nanos) {
+        let outcome = Outcome {
+            projected: q.projected,
+            finish: soonest,
+            latest: q.latest,
+        };
+        self.models[model.0 as usize]
+            .hindsight
+            .learn(q.id, outcome, now);
+    }
+
     /// Refuses the requests at the front that a batch starting at `start` cannot finish
     /// in time even alone (after giving stale estimates a second look): `timed_out`,
     /// like those refused by their expiry, since admission found them servable and they
@@ -289,6 +312,7 @@ impl ClockworkPolicy {
             if start + self.alone_on(model, kind, q.items) <= q.latest {
                 break;
             }
+            self.learn_refused(model, &q, start + self.alone_on(model, kind, q.items), now);
             hopeless.extend(self.models[model.0 as usize].queue.pop_front());
         }
         self.queued -= hopeless.len();
@@ -311,7 +335,7 @@ impl ClockworkPolicy {
     /// adaptive batch drop), but only when it serves at least `SKIP_GAIN` times as many
     /// requests per unit of device time as the best batch that leaves nobody behind.
     /// Without early drop: the largest batch the queue fills.
-    fn choose_batch(&self, model: ModelId, runs: Runs, start: Nanos) -> usize {
+    fn choose_batch(&self, model: ModelId, runs: Runs, start: Nanos) -> (usize, bool) {
         let m = &self.models[model.0 as usize];
         let items = m.queue.items();
         // The batch the front request needs alone: always a candidate, so that a request
@@ -360,8 +384,8 @@ impl ClockworkPolicy {
         // per request (a GPU's); where they are not (a cpu's run time grows with the batch),
         // it would give up requests for nothing.
         if best_rate < SKIP_GAIN * whole_rate {
-            return whole;
+            return (whole, false);
         }
-        best
+        (best, best != whole)
     }
 }

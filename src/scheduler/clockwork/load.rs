@@ -313,7 +313,7 @@ mod tests {
                 (r.ready, r.infers_in_flight) = (ready, in_flight);
                 for k in 0..demand {
                     let id = RequestId(10 * i as u64 + k);
-                    let q = Queued { id, deadline: 1, latest: 1, due: 1, demand: 1, items: 1, alone: false };
+                    let q = Queued { id, deadline: 1, latest: 1, due: 1, demand: 1, items: 1, alone: false, projected: 0 };
                     policy.models[i].queue.push(q);
                 }
             }

@@ -21,6 +21,7 @@ mod admit;
 mod behind;
 mod devices;
 mod estimates;
+mod hindsight;
 mod infer;
 mod load;
 mod placement;
@@ -47,6 +48,7 @@ use crate::time::{nanos, Nanos};
 /// Demand is counted in parts per million of one device.
 const DEVICE: u64 = 1_000_000;
 
+use estimates::seed_exec;
 use placement::RankKey;
 use rate::RateMeter;
 
@@ -87,6 +89,8 @@ struct Params {
     /// Refuse an arrival that would push a request queued behind it past its latest
     /// finish (`behind.rs`).
     protect_admitted: bool,
+    /// Keep each model's learned projection error at admission (`hindsight.rs`).
+    admission_hindsight: bool,
     /// Plan a device much slower than its kind at its own pace (`estimate::Slowdown`).
     device_slowdown: bool,
 }
@@ -115,6 +119,7 @@ impl From<&PolicyConfig> for Params {
             queue_at_mean: c.queue_at_mean,
             drift_margin: c.drift_margin,
             protect_admitted: c.protect_admitted,
+            admission_hindsight: c.admission_hindsight,
             device_slowdown: c.device_slowdown,
         }
     }
@@ -155,6 +160,8 @@ struct ModelState {
     flow: shared::Flow,
     /// Replicas a planner asked for ahead of its traffic (`Policy::set_replica_floor`).
     floor: u32,
+    /// How much later than admission projected its requests finished (`hindsight.rs`).
+    hindsight: hindsight::Hindsight,
 }
 
 /// An action sent and not yet reported.
@@ -292,19 +299,6 @@ impl ClockworkPolicy {
     }
 }
 
-/// The execution estimators of one device kind, seeded from that kind's `profile`.
-fn seed_exec(
-    profile: &ModelProfile,
-    batches: &[u32],
-    window: usize,
-    percentile: f64,
-) -> Vec<Estimator> {
-    batches
-        .iter()
-        .map(|&b| Estimator::new(profile.latency(b).unwrap_or(0), window, percentile))
-        .collect()
-}
-
 impl Policy for ClockworkPolicy {
     fn add_model(&mut self, info: ModelInfo) -> ModelId {
         let id = ModelId(self.models.len() as u32);
@@ -347,6 +341,7 @@ impl Policy for ClockworkPolicy {
             rate: RateMeter::default(),
             flow: shared::Flow::default(),
             floor: 0,
+            hindsight: hindsight::Hindsight::default(),
         });
         // Registered and on no device: a candidate for loading into free pages.
         self.rerank(id);

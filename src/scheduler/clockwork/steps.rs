@@ -34,6 +34,13 @@ impl ClockworkPolicy {
                 m.measured_at = m.measured_at.max(measured.end);
                 self.queue_changed(flight.model, None);
                 for q in requests {
+                    let m = &mut self.models[flight.model.0 as usize];
+                    let outcome = hindsight::Outcome {
+                        projected: q.projected,
+                        finish: measured.end,
+                        latest: q.latest,
+                    };
+                    m.hindsight.learn(q.id, outcome, self.now);
                     let late = measured.end > q.due;
                     plan.answers.push(Answer {
                         request: q.id,
