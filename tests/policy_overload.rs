@@ -361,13 +361,13 @@ fn table_of_the_two_mixes() {
 }
 
 /// The zoo's shape at 5x with admission in hindsight (`admission_hindsight`,
-/// `scheduler/clockwork/hindsight.rs`): the projection's errors learned per model and kept
-/// at the next admissions refuse at arrival most of what the expectation of the other
-/// models' work admitted to time out: 106 refused after waiting against 538, and more
-/// served in time (2,789 against 2,628), every model some (the dear one 78 of 2,043,
-/// against 103: its requests, each ten times the others' device time, are the ones
-/// refused at arrival). Mutation that breaks it: misses learned as 0 in `Hindsight::learn`
-/// (the margin stays 0: as without).
+/// `scheduler/clockwork/hindsight.rs`): each model refuses at arrival what has less slack
+/// than where its admitted requests missed more than they were served, and so refuses
+/// there much of what the expectation of the other models' work admitted to time out:
+/// 291 refused after waiting against 538, and more served in time (2,831 against 2,628),
+/// every model some (the dear one 58 of 2,043, against 103: its requests, each ten times
+/// the others' device time, are the ones refused at arrival). Mutation that breaks it:
+/// no request learned as missed in `Hindsight::learn` (no margin: as without).
 #[test]
 fn admission_in_hindsight_refuses_at_arrival_what_would_time_out() {
     let mix = zoo_like();
@@ -376,7 +376,7 @@ fn admission_in_hindsight_refuses_at_arrival_what_would_time_out() {
     assert!(with.violations.is_empty(), "{:?}", with.violations);
     assert_eq!(with.late, 0, "{with:?}");
     assert!(
-        timed_out(&with) * 4 < timed_out(&without),
+        timed_out(&with) * 3 < timed_out(&without) * 2,
         "{with:?} {without:?}"
     );
     assert!(with.completed >= without.completed, "{with:?} {without:?}");
@@ -396,7 +396,7 @@ fn hindsight() -> PolicyConfig {
 /// The zoo's shape at 5x for 4,000 requests, then 0.3x for 1,000: of the requests arriving
 /// 0.5 s or more after the overload, every one served in time. Mutation that breaks it:
 /// no trial in `Hindsight::keep` (the dear model then waits for its old misses to leave
-/// the window: 286 of its 305 served, the rest refused at arrival).
+/// the window: 283 of its 305 served, the rest refused at arrival).
 #[test]
 fn after_an_overload_a_model_refused_in_hindsight_comes_back() {
     let overload = Mix {
@@ -431,4 +431,81 @@ fn after_an_overload_a_model_refused_in_hindsight_comes_back() {
     }
     assert!(offered.iter().all(|&n| n > 50), "{offered:?}");
     assert_eq!(in_time, offered, "{report:?}");
+}
+
+/// A model of a tight objective beside one of long runs, at 5.9x (found over random
+/// mixes): its requests wait behind the other's runs, which nothing preempts, and about
+/// one in three misses whatever its slack. The first rule kept the 99th percentile of the
+/// misses' errors (how much later than projected they finished, often far more than
+/// their slack) and refused nearly all of it (25 of its 1,940 served in time against
+/// 1,308 without). Read by slack, where more missed than were served, it serves nearly as
+/// much (1,275) and fewer are refused after waiting (494 against 572). Mutation that
+/// breaks it: misses seen at their error rather than their slack (`Seen::slack` from the
+/// finish, in `Hindsight::learn`): 1,173 served and 582 refused after waiting.
+#[test]
+fn a_tight_model_beside_long_runs_is_not_refused_whole() {
+    let tight = Mix {
+        models: vec![
+            Model {
+                base: 243 * US,
+                growth: 1.293,
+                slo: 12_879 * US,
+            },
+            Model {
+                base: 3_880 * US,
+                growth: 1.0526,
+                slo: 85_360 * US,
+            },
+        ],
+        load: 5.857,
+        n: 3945,
+        seed: 13892886488423222722,
+    };
+    let (with, served_with) = tight.run(&hindsight());
+    let (without, served_without) = tight.run(&PolicyConfig::default());
+    assert_eq!(with.late, 0, "{with:?}");
+    assert!(
+        served_with[0].in_time * 10 >= served_without[0].in_time * 9,
+        "{served_with:?} {served_without:?}"
+    );
+    assert!(
+        timed_out(&with) < timed_out(&without),
+        "{with:?} {without:?}"
+    );
+}
+
+/// Admission in hindsight against without, over 192 random mixes of the property above
+/// (a fixed seed): the totals served and refused after waiting, and each mix that served
+/// under 90% of what it served without, or left a model starved (under 5% of its requests
+/// in time, where without it had more).
+/// `cargo test --release --test policy_overload -- --ignored --nocapture over_random`.
+#[test]
+#[ignore]
+fn hindsight_over_random_mixes() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::deterministic();
+    let (mut on, mut off, mut late_on, mut late_off) = (0, 0, 0, 0);
+    let (mut fewer, mut starved) = (0, 0);
+    for case in 0..192 {
+        let mix = mix().new_tree(&mut runner).expect("a mix").current();
+        let (with, served_with) = mix.run(&hindsight());
+        let (without, served_without) = mix.run(&PolicyConfig::default());
+        assert_eq!(with.late, 0, "{with:?}");
+        on += with.completed;
+        off += without.completed;
+        late_on += timed_out(&with);
+        late_off += timed_out(&without);
+        let starves = served_with
+            .iter()
+            .zip(&served_without)
+            .any(|(w, o)| w.in_time * 20 < w.offered && o.in_time * 20 >= o.offered);
+        let ratio = with.completed as f64 / without.completed.max(1) as f64;
+        fewer += usize::from(ratio < 0.9);
+        starved += usize::from(starves);
+        if ratio < 0.9 || starves {
+            println!("case {case}: served {ratio:.2} of without: {served_with:?} against {served_without:?}, {mix:?}");
+        }
+    }
+    println!("served in time {on} against {off}; refused after waiting {late_on} against {late_off}; of 192 mixes {fewer} served under 90%, {starved} starved a model");
 }

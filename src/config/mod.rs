@@ -19,10 +19,12 @@ pub use devices::{
     BackendKind, CpuConfig, DeviceGroupConfig, FaultConfig, FaultEpisode, ModelConfig, OrtConfig,
     SimConfig, SlowdownConfig, DEFAULT_CPU_PAGES,
 };
+pub use policy::PolicyConfig;
 
 mod access;
 mod cluster;
 mod devices;
+mod policy;
 
 /// Errors reading the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -259,172 +261,6 @@ impl Default for RuntimeConfig {
         Self {
             default_slo: Duration::from_millis(100),
             page_bytes: 16 << 20,
-        }
-    }
-}
-
-/// Constants of the scheduling policy.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PolicyConfig {
-    /// Which policy decides: `clockwork`, `clockwork-nodrop` (ablation: no early
-    /// refusal) or `reactive` (a Clipper-like baseline).
-    pub name: PolicyName,
-    /// How far ahead of now each device's exec and load lanes are kept busy: more hides
-    /// dispatch latency, less keeps batching decisions late and informed.
-    #[serde(with = "humantime_serde")]
-    pub schedule_ahead: Duration,
-    /// Measurements kept per (model, batch size, device kind) estimate.
-    pub estimate_window: usize,
-    /// Percentile of the window used as the estimate (99 is in effect the max of 10).
-    pub estimate_percentile: f64,
-    /// Measurements older than this no longer count: before a model's requests are
-    /// refused on its estimates, estimates not measured for this long go back to the
-    /// profile. Without it a slow spell that raised an estimate past every objective
-    /// would refuse that model forever (nothing runs, so nothing is measured again).
-    /// Learned margins age the same way: when a request's objective leaves no room for a
-    /// run besides the learned buffer and no device has learned from a report for this
-    /// long, those whose margins are that old go back to `expected_lag` and `buffer`.
-    #[serde(with = "humantime_serde")]
-    pub estimate_max_age: Duration,
-    /// Expected delay between the controller sending an action and an executor seeing it:
-    /// the starting point of each device's learned lag (with `learn_margins`, replaced
-    /// after a device's first `WARM_UP` (32) INFER reports by the 90th percentile of the
-    /// lag it measured, `LAG_PERCENTILE`; a remote worker's measured trip stays a floor).
-    #[serde(with = "humantime_serde")]
-    pub expected_lag: Duration,
-    /// Work overdue by more than this is assumed to have started this long ago.
-    #[serde(with = "humantime_serde")]
-    pub lag_allowance: Duration,
-    /// Safety margin taken off every deadline for runs that take longer than their
-    /// estimate: the starting point of the learned one (with `learn_margins`, each
-    /// device's is replaced after its first 32 INFER reports by a high percentile of how
-    /// much later than planned its answers were known: overrun plus the report's trip;
-    /// the widest over the devices is taken off).
-    #[serde(with = "humantime_serde")]
-    pub buffer: Duration,
-    /// Learn each device's lag and overrun margin from its reports (`expected_lag` and
-    /// `buffer` are then starting points); off, they stay the fixed constants of the
-    /// Clockwork paper, which hold back devices with exact timing at tight objectives.
-    pub learn_margins: bool,
-    /// Reports per device that the learned lag and overrun margin are taken over.
-    pub margin_window: usize,
-    /// Percentile of that window used as the overrun margin (100: the largest seen); the
-    /// lag takes the lower of this and `estimate::LAG_PERCENTILE` (90).
-    pub margin_percentile: f64,
-    /// Admission projects the batches queued ahead of a new request at the mean of their
-    /// estimate windows (the new request's own batch still at the estimate). Off, every
-    /// batch counts at the estimate, as in the Clockwork paper: a sum of high percentiles,
-    /// which on a device with a tail of slow runs (a cpu core) refuses requests it then
-    /// serves with room to spare. Either way a queued request runs only if, when its turn
-    /// comes, its own batch still fits at the estimate; what this changes is how many are
-    /// admitted to wait for that turn.
-    pub queue_at_mean: bool,
-    /// Admission keeps, before the objective of a request that would wait behind other
-    /// work, a share of the time until it would finish: the drift of the devices that
-    /// hold its model, the 99th percentile over their last `margin_window` stretches of 8
-    /// consecutive runs of how much longer than their means a stretch took, as a share of
-    /// those means (`scheduler::estimate::Drift`). Nothing on devices with exact timing
-    /// (the simulator's); on a device whose runs drift in slow spells (a cpu core),
-    /// without it the requests admitted last under overload wait most of their objective
-    /// and are then refused as timed out. Off by default: on a noisy 2-core host it
-    /// halved the time-outs under overload but refused work below capacity that the
-    /// device would have served (docs/EXPERIMENTS.md, "The drift margin"). Learned only
-    /// with `learn_margins`.
-    pub drift_margin: bool,
-    /// Admission also counts, on each device that holds the model, the work the other
-    /// resident models will run before the new request (`scheduler/clockwork/shared.rs`):
-    /// their queued requests due before it and those still to come that will be, each
-    /// model's at the share of what it admits that it serves. Without it, on a device
-    /// shared by several busy models each admits as if it had the device alone, and under
-    /// overload most of what is refused is refused after waiting most of its objective
-    /// (docs/EXPERIMENTS.md, "Other models' work counted at arrival").
-    pub shared_arrival: bool,
-    /// Admission also keeps the promise made to the requests already queued: a request
-    /// that would be queued ahead of some (an earlier deadline: a tighter objective, or
-    /// a model's direct request beside a pipeline's sub-requests) is refused when it
-    /// arrives if the projection shows it would push one of them past its latest finish
-    /// (`scheduler/clockwork/behind.rs`). Without it, under overload the requests
-    /// admitted with looser objectives wait most of them and are then refused as timed
-    /// out. A model whose requests all share one objective never has any behind a new
-    /// one in the simulator: nothing changes for it. Off by default: on a real server
-    /// requests reach admission a little out of their arrival order, so one objective
-    /// also puts requests behind newcomers, and under overload on the zoo the check
-    /// refused work the device would have served (fewer answered in time in both runs
-    /// with it); with objectives within a few runs of a batch it may serve a few percent
-    /// fewer (docs/EXPERIMENTS.md, "Admitted requests keep their place").
-    pub protect_admitted: bool,
-    /// Admission learns, per model, how much later than projected its admitted requests
-    /// finished when they missed (served late, or refused after waiting), and keeps the
-    /// 99th percentile of the last 200 admissions' errors before the objective of the
-    /// next (`scheduler/clockwork/hindsight.rs`); after 200 ms without learning anything,
-    /// one request is admitted without it, so that a model refused at arrival comes back.
-    /// Without it, under overload on a device shared by models of different objectives,
-    /// the projection's expectation of the other models' work is a mean, and a fifth of
-    /// what it admits with a few ms to spare is refused after waiting most of its
-    /// objective. With it, under overload on the zoo (cpu devices) most of that is refused
-    /// at arrival instead, serving as much. Off by default: where batches are cheaper per
-    /// request (a GPU's), the requests that time out in a deep queue are the price of full
-    /// batches, and a shallower queue serves less (in virtual time, 7% fewer at 7x on
-    /// eight models of that shape, 0.70 against 0.74 of the load sweep's offered at
-    /// 1.25x); and a model of a tight objective beside one of long runs, whose misses are
-    /// as long as its objective's slack, can be refused nearly whole (docs/EXPERIMENTS.md,
-    /// "Admission in hindsight").
-    pub admission_hindsight: bool,
-    /// Plan a device that runs much slower than the other devices of its kind at its own
-    /// pace: once its last 3 runs (of models a peer of its kind holds too) each took at
-    /// least twice its kind's quickest recent run of that batch, its estimates are scaled
-    /// by the least of those ratios, and its runs are scaled back before its kind learns
-    /// them (`scheduler::estimate::Slowdown`). Without it, such a device (throttled, its
-    /// core taken by another process) is planned at its kind's pace: its actions overrun
-    /// their plans until the watchdog takes it out as slow, and its slow runs raise its
-    /// healthy peers' estimates. Off by default: in virtual time (exact timing) it keeps
-    /// a slow device's capacity (at 1200 requests/s on two V100s, 83 refused against 260
-    /// with one 4x slow), but two cpu devices on a noisy host run in stretches at twice
-    /// their quickest anyway, and there it refused a few more requests than without
-    /// (docs/EXPERIMENTS.md, "A device planned at its own pace"). For devices with steady
-    /// timing.
-    pub device_slowdown: bool,
-    /// Horizon over which a queued request's demand for a device is counted when deciding
-    /// which model to load: a request needs its batch-1 time within this much device time.
-    #[serde(with = "humantime_serde")]
-    pub load_budget: Duration,
-    /// Largest batch ever formed.
-    pub max_batch: u32,
-    /// Longest estimated execution of one batch; larger batches are not formed.
-    #[serde(with = "humantime_serde")]
-    pub max_exec_time: Duration,
-    /// Busy share of a device a model's replicas are sized for: a model gets as many
-    /// replicas as its measured arrival rate times its per-request device time, divided
-    /// by this (at least one while it has traffic). Below 1 so that bursts find room.
-    pub target_utilisation: f64,
-}
-
-impl Default for PolicyConfig {
-    fn default() -> Self {
-        let ms = Duration::from_millis;
-        Self {
-            name: PolicyName::Clockwork,
-            schedule_ahead: ms(5),
-            estimate_window: 10,
-            estimate_percentile: 99.0,
-            estimate_max_age: ms(1000),
-            expected_lag: ms(1),
-            lag_allowance: ms(10),
-            buffer: ms(5),
-            learn_margins: true,
-            margin_window: 256,
-            margin_percentile: 100.0,
-            queue_at_mean: true,
-            drift_margin: false,
-            shared_arrival: true,
-            protect_admitted: false,
-            admission_hindsight: false,
-            device_slowdown: false,
-            load_budget: ms(25),
-            max_batch: 16,
-            max_exec_time: ms(250),
-            target_utilisation: 0.4,
         }
     }
 }

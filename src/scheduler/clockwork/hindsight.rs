@@ -1,4 +1,5 @@
-//! Admission in hindsight: how much later than projected its admitted requests finished.
+//! Admission in hindsight: which admitted requests finished in time, by how much they
+//! had to spare.
 //!
 //! Admission projects when a new request would finish (`admit.rs`) from the model's own
 //! queue and an expectation of the other models' work on its devices (`shared.rs`). The
@@ -9,21 +10,26 @@
 //! most of the dear model's whatever their slack). A refusal after waiting is the slow
 //! kind that admission exists to avoid.
 //!
-//! So each model learns its projections' error like any other estimate: every admitted
-//! request is measured against its projection when it leaves the queue: served, by the
-//! end of its batch; refused after waiting, by the soonest it could still have finished
-//! (a lower bound). A high percentile of the recent errors ([`Hindsight::keep`]) is kept
-//! before the objective at the next admissions. Where projections hold (light load, a
-//! device of its own), the errors are zero and so is the margin.
+//! So each model learns, like any other estimate, how its projections fared: every
+//! admitted request is seen when it leaves the queue, with the time its projection left
+//! it to spare (its slack) and whether it finished by its latest useful finish (served,
+//! by the end of its batch; refused after waiting, a miss). [`solve`] finds the margin
+//! below which the requests seen missed more than they were served, a miss weighing
+//! [`Hindsight::new`]'s `weight` times a request served in time, and admission refuses
+//! at arrival a request with less slack than that. So it refuses only where refusing
+//! loses fewer served requests than it saves refusals after waiting, by the weight; where
+//! projections hold (light load, a device of its own) there are no misses and no margin.
+//! An earlier rule kept the 99th percentile of the misses' errors instead; it refused
+//! nearly all of a tight model whose every slack sometimes missed (docs/EXPERIMENTS.md,
+//! "Admission in hindsight").
 //!
-//! A margin wide enough refuses every request at arrival, and a model that admits
-//! nothing learns nothing: it would keep the margin of its worst moment for good. So once
-//! nothing was learned for [`FORGET`], one request is admitted without it (a trial, like a
-//! circuit breaker's half-open state): served as projected, the old errors are forgotten;
-//! late or refused, its error is learned and the next trial waits another [`FORGET`].
-//! Under an overload that leaves a model no room, that costs at most one request refused
-//! after waiting per [`FORGET`] and its objective; after one, the model is back within
-//! [`FORGET`] and a run.
+//! A margin refuses every request below it, and what is refused teaches nothing: a
+//! model could keep the margin of its worst moment for good. So once nothing was learned
+//! for [`FORGET`], one request is admitted without it (a trial, like a circuit breaker's
+//! half-open state): served in time, the old window is forgotten; a miss is learned and
+//! the next trial waits another [`FORGET`]. Under an overload that leaves a model no
+//! room, that costs at most one request refused after waiting per [`FORGET`] and its
+//! objective; after one, the model is back within [`FORGET`] and a run.
 
 use std::collections::VecDeque;
 
@@ -34,25 +40,48 @@ use crate::time::Nanos;
 /// about a quarter of a second of one model's admissions.
 const WINDOW: usize = 200;
 
-/// Misses in the window that the margin lets be: it is the error of the next larger one
-/// (the 99th percentile of the window, by nearest rank), so that about one admitted
-/// request in a hundred may still wait to be refused, and one slow moment on an idle
-/// model keeps no margin at all.
-const LET_BE: usize = WINDOW / 100;
-
 /// With nothing learned for this long, one request is admitted without the margin.
 pub(super) const FORGET: Nanos = 200_000_000;
 
-/// One model's projection errors.
-#[derive(Clone, Debug, Default)]
+/// An admitted request as it left the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Seen {
+    /// Its latest useful finish less its projected finish, at admission.
+    slack: Nanos,
+    /// It did not finish by its latest useful finish.
+    missed: bool,
+}
+
+/// The margin that the requests seen, by ascending slack, say is worth keeping: of the
+/// margins that refuse each request with less slack than one of them, the one where the
+/// misses it refuses, each weighing `weight`, most outweigh the requests served in time
+/// it refuses, each weighing 1; 0 unless that is by more than one miss (a slow moment on
+/// an idle model keeps nothing).
+fn solve(by_slack: &[Seen], weight: u32) -> Nanos {
+    let weight = i64::from(weight);
+    let (mut score, mut best, mut margin) = (0i64, weight, 0);
+    for (i, seen) in by_slack.iter().enumerate() {
+        score += if seen.missed { weight } else { -1 };
+        let last_of_its_slack = by_slack.get(i + 1).is_none_or(|n| n.slack > seen.slack);
+        if last_of_its_slack && score > best {
+            best = score;
+            margin = seen.slack + 1;
+        }
+    }
+    margin
+}
+
+/// One model's admissions in hindsight.
+#[derive(Clone, Debug)]
 pub(super) struct Hindsight {
-    /// The last [`WINDOW`] admitted requests' errors, oldest first: how much later than
-    /// projected each finished if it finished after its latest useful finish (a miss),
-    /// else 0. Missing entries count as 0 (a model starts with no margin).
-    recent: VecDeque<Nanos>,
-    /// The window's misses (its non-zero errors), ascending: few, but for a model that
-    /// misses a lot.
-    misses: Vec<Nanos>,
+    /// How many requests served in time a miss weighs (`PolicyConfig::hindsight_weight`).
+    weight: u32,
+    /// The last [`WINDOW`] admitted requests seen, oldest first.
+    recent: VecDeque<Seen>,
+    /// The same, by ascending slack: what [`solve`] reads.
+    by_slack: Vec<Seen>,
+    /// What [`solve`] last said.
+    margin: Nanos,
     /// When a request was last learned from, or a trial admitted.
     learned_at: Nanos,
     /// The request admitted without the margin, not yet learned from.
@@ -87,24 +116,25 @@ pub(super) struct Outcome {
 }
 
 impl Hindsight {
-    /// What a request arriving at `now` keeps.
-    pub(super) fn keep(&self, now: Nanos) -> Keep {
-        let margin = self.margin();
-        let pending = self.trial.is_some_and(|t| t.latest >= now);
-        let trial = margin > 0 && !pending && now.saturating_sub(self.learned_at) >= FORGET;
-        Keep {
-            margin: if trial { 0 } else { margin },
-            trial,
+    /// A model with nothing seen, a miss weighing `weight` requests served in time.
+    pub(super) fn new(weight: u32) -> Self {
+        Self {
+            weight: weight.max(1),
+            recent: VecDeque::with_capacity(WINDOW),
+            by_slack: Vec::with_capacity(WINDOW),
+            margin: 0,
+            learned_at: 0,
+            trial: None,
         }
     }
 
-    /// The error that all but [`LET_BE`] of the window's stay within.
-    fn margin(&self) -> Nanos {
-        let n = self.misses.len();
-        if n > LET_BE {
-            self.misses[n - 1 - LET_BE]
-        } else {
-            0
+    /// What a request arriving at `now` keeps.
+    pub(super) fn keep(&self, now: Nanos) -> Keep {
+        let pending = self.trial.is_some_and(|t| t.latest >= now);
+        let trial = self.margin > 0 && !pending && now.saturating_sub(self.learned_at) >= FORGET;
+        Keep {
+            margin: if trial { 0 } else { self.margin },
+            trial,
         }
     }
 
@@ -120,39 +150,39 @@ impl Hindsight {
         if outcome.projected == 0 {
             return;
         }
-        let error = if outcome.finish > outcome.latest {
-            outcome.finish.saturating_sub(outcome.projected).max(1)
-        } else {
-            0
+        let seen = Seen {
+            slack: outcome.latest.saturating_sub(outcome.projected),
+            missed: outcome.finish > outcome.latest,
         };
         let trial = self.trial.is_some_and(|t| t.id == id);
         if trial {
             self.trial = None;
         }
-        if trial && error == 0 {
+        if trial && !seen.missed {
             // Admitted without the margin and served in time: the margin was the past's.
             self.recent.clear();
-            self.misses.clear();
+            self.by_slack.clear();
+            self.margin = 0;
         } else {
-            self.push(error);
+            self.push(seen);
         }
         self.learned_at = now;
     }
 
-    /// Adds an error to the window.
-    fn push(&mut self, error: Nanos) {
+    /// Adds a request seen to the window.
+    fn push(&mut self, seen: Seen) {
         if self.recent.len() == WINDOW {
-            let old = self.recent.pop_front().unwrap_or(0);
-            if old > 0 {
-                let at = self.misses.partition_point(|&m| m < old);
-                self.misses.remove(at);
+            if let Some(old) = self.recent.pop_front() {
+                let at = self.by_slack.partition_point(|s| s.slack < old.slack);
+                if let Some(k) = self.by_slack[at..].iter().position(|s| *s == old) {
+                    self.by_slack.remove(at + k);
+                }
             }
         }
-        self.recent.push_back(error);
-        if error > 0 {
-            let at = self.misses.partition_point(|&m| m < error);
-            self.misses.insert(at, error);
-        }
+        self.recent.push_back(seen);
+        let at = self.by_slack.partition_point(|s| s.slack <= seen.slack);
+        self.by_slack.insert(at, seen);
+        self.margin = solve(&self.by_slack, self.weight);
     }
 }
 
@@ -162,14 +192,14 @@ mod tests {
 
     const MS: Nanos = 1_000_000;
 
-    /// Requests projected at 100 ms, latest finish 110 ms, finished `100 + e` ms.
-    fn learned(errors: &[Nanos]) -> Hindsight {
-        let mut h = Hindsight::default();
-        for (i, &e) in errors.iter().enumerate() {
+    /// Requests with latest finish 100 ms, by slack in ms and missed, seen in order.
+    fn learned(seen: &[(Nanos, bool)]) -> Hindsight {
+        let mut h = Hindsight::new(1);
+        for (i, &(slack, missed)) in seen.iter().enumerate() {
             let outcome = Outcome {
-                projected: 100 * MS,
-                finish: 100 * MS + e,
-                latest: 110 * MS,
+                projected: (100 - slack) * MS,
+                finish: if missed { 101 * MS } else { 90 * MS },
+                latest: 100 * MS,
             };
             h.learn(RequestId(i as u64), outcome, MS);
         }
@@ -178,7 +208,7 @@ mod tests {
 
     #[test]
     fn projections_that_hold_keep_no_margin() {
-        let h = learned(&[0; 300]);
+        let h = learned(&[(5, false); 300]);
         assert_eq!(
             h.keep(2 * MS),
             Keep {
@@ -186,43 +216,44 @@ mod tests {
                 trial: false
             }
         );
-        // Later than projected but in time is no miss; nor are a few misses.
-        assert_eq!(learned(&[9 * MS; 300]).keep(2 * MS).margin, 0);
-        assert_eq!(learned(&[40 * MS, 50 * MS]).keep(2 * MS).margin, 0);
+        // One miss is no margin; nor are misses that those served in time outnumber.
+        assert_eq!(learned(&[(1, true)]).keep(2 * MS).margin, 0);
+        let mixed: Vec<_> = (0..100).map(|i| (i % 10, i % 3 == 0)).collect();
+        assert_eq!(learned(&mixed).keep(2 * MS).margin, 0);
     }
 
     #[test]
-    fn the_margin_lets_one_miss_in_a_hundred_be() {
-        let mut errors = vec![0; 190];
-        errors.extend((1..=10).map(|i| (10 + i) * MS));
-        let h = learned(&errors);
-        // Ten misses of 11..20 ms in 200: all but the two largest stay within 18 ms.
-        assert_eq!(
-            h.keep(2 * MS),
-            Keep {
-                margin: 18 * MS,
-                trial: false
-            }
-        );
+    fn the_margin_refuses_where_misses_outweigh_requests_served() {
+        // Below 10 ms of slack, 2 misses in 3; above, none.
+        let mut seen: Vec<_> = (0..90).map(|i| (i % 10, i % 3 != 0)).collect();
+        seen.extend((0..100).map(|i| (10 + i % 20, false)));
+        assert_eq!(learned(&seen).keep(2 * MS).margin, 9 * MS + 1);
+        // A miss weighing 2 of those served: the same misses now outweigh them further up.
+        let by_slack: Vec<Seen> = [(3, true), (5, false), (8, true), (20, false)]
+            .into_iter()
+            .map(|(slack, missed)| Seen { slack, missed })
+            .collect();
+        assert_eq!(solve(&by_slack, 1), 0);
+        assert_eq!(solve(&by_slack, 2), 9);
         // Two hundred more that hold push them out of the window.
-        let mut errors = errors.clone();
-        errors.extend([0; WINDOW]);
-        assert_eq!(learned(&errors).keep(2 * MS).margin, 0);
+        let mut seen = seen.clone();
+        seen.extend([(5, false); WINDOW]);
+        assert_eq!(learned(&seen).keep(2 * MS).margin, 0);
         // Requests admitted without a projection teach nothing.
-        let mut h = learned(&[40 * MS; 3]);
+        let mut h = learned(&[(3, true); 3]);
         let blind = Outcome {
             projected: 0,
             finish: 500 * MS,
             latest: 110 * MS,
         };
         h.learn(RequestId(9), blind, MS);
-        assert_eq!(h.keep(2 * MS).margin, 40 * MS);
+        assert_eq!(h.keep(2 * MS).margin, 3 * MS + 1);
     }
 
-    /// A model whose last three requests missed by 40 ms, trying one at `at`.
+    /// A model whose last three requests missed with 40 ms to spare, trying one at `at`.
     fn on_trial() -> (Hindsight, Nanos) {
-        let mut h = learned(&[40 * MS; 3]);
-        assert_eq!(h.keep(MS + FORGET - 1).margin, 40 * MS);
+        let mut h = learned(&[(40, true); 3]);
+        assert_eq!(h.keep(MS + FORGET - 1).margin, 40 * MS + 1);
         let at = MS + FORGET;
         assert_eq!(
             h.keep(at),
@@ -239,8 +270,8 @@ mod tests {
     fn a_model_that_learns_nothing_tries_one_request_without_the_margin() {
         let (mut h, at) = on_trial();
         // One trial at a time: the others keep the margin while it is pending.
-        assert_eq!(h.keep(at + 40 * MS).margin, 40 * MS, "pending");
-        // Served in time: the past's errors are forgotten.
+        assert_eq!(h.keep(at + 40 * MS).margin, 40 * MS + 1, "pending");
+        // Served in time: the past's misses are forgotten.
         let served = Outcome {
             projected: at + 10 * MS,
             finish: at + 30 * MS,
@@ -266,7 +297,7 @@ mod tests {
         };
         let then = at + 50 * MS;
         h.learn(RequestId(7), refused, then);
-        assert_eq!(h.keep(then + FORGET - 1).margin, 40 * MS);
+        assert_eq!(h.keep(then + FORGET - 1).margin, 40 * MS + 1);
         assert!(h.keep(then + FORGET).trial);
     }
 

@@ -91,6 +91,8 @@ struct Params {
     protect_admitted: bool,
     /// Keep each model's learned projection error at admission (`hindsight.rs`).
     admission_hindsight: bool,
+    /// How many requests served in time a miss weighs in hindsight (`hindsight.rs`).
+    hindsight_weight: u32,
     /// Plan a device much slower than its kind at its own pace (`estimate::Slowdown`).
     device_slowdown: bool,
 }
@@ -120,6 +122,7 @@ impl From<&PolicyConfig> for Params {
             drift_margin: c.drift_margin,
             protect_admitted: c.protect_admitted,
             admission_hindsight: c.admission_hindsight,
+            hindsight_weight: c.hindsight_weight,
             device_slowdown: c.device_slowdown,
         }
     }
@@ -341,7 +344,7 @@ impl Policy for ClockworkPolicy {
             rate: RateMeter::default(),
             flow: shared::Flow::default(),
             floor: 0,
-            hindsight: hindsight::Hindsight::default(),
+            hindsight: hindsight::Hindsight::new(self.params.hindsight_weight),
         });
         // Registered and on no device: a candidate for loading into free pages.
         self.rerank(id);
