@@ -308,4 +308,38 @@ mod tests {
         assert!(!h.keep(at + 50 * MS).trial);
         assert!(h.keep(at + FORGET + 1).trial);
     }
+
+    /// What a margin refuses, scored by brute force: each refused miss `weight`, each
+    /// refused request served in time -1.
+    fn score(seen: &[Seen], margin: Nanos, weight: i64) -> i64 {
+        let refused = seen.iter().filter(|s| s.slack < margin);
+        refused.map(|s| if s.missed { weight } else { -1 }).sum()
+    }
+
+    proptest::proptest! {
+        /// `solve` keeps the margin that refuses the most misses net of what was
+        /// served, against every margin tried by brute force (0 where none beats one
+        /// miss). Mutation that breaks it: a margin taken inside a run of equal slacks
+        /// (`last_of_its_slack` dropped).
+        #[test]
+        fn solve_keeps_the_best_margin(
+            seen in proptest::collection::vec((0u64..20, proptest::bool::ANY), 0..60),
+            weight in 1u32..5,
+        ) {
+            let mut seen: Vec<Seen> =
+                seen.into_iter().map(|(slack, missed)| Seen { slack, missed }).collect();
+            seen.sort_by_key(|s| s.slack);
+            let w = i64::from(weight);
+            let margin = solve(&seen, weight);
+            let best = (0..=21).map(|m| score(&seen, m, w)).max().unwrap_or(0);
+            if best > w {
+                proptest::prop_assert_eq!(score(&seen, margin, w), best);
+                // The least margin of that score: nothing refused that need not be.
+                let least = (0..=21).find(|&m| score(&seen, m, w) == best);
+                proptest::prop_assert_eq!(Some(margin), least);
+            } else {
+                proptest::prop_assert_eq!(margin, 0);
+            }
+        }
+    }
 }
