@@ -26,7 +26,8 @@ pub struct Queued {
     /// its inputs, and alone it fails, or is served, without taking others along.
     pub alone: bool,
     /// When admission projected it to finish (its margins included), or 0 without a
-    /// projection: what it finished or was refused at teaches admission its error.
+    /// projection: its latest finish less this is the slack it was admitted with, which
+    /// admission learns from with whether it finished in time (`clockwork::hindsight`).
     pub projected: Nanos,
 }
 

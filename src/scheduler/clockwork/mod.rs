@@ -89,7 +89,8 @@ struct Params {
     /// Refuse an arrival that would push a request queued behind it past its latest
     /// finish (`behind.rs`).
     protect_admitted: bool,
-    /// Keep each model's learned projection error at admission (`hindsight.rs`).
+    /// Refuse at arrival below the slack where a model's admitted requests missed more
+    /// than they were served (`hindsight.rs`).
     admission_hindsight: bool,
     /// How many requests served in time a miss weighs in hindsight (`hindsight.rs`).
     hindsight_weight: u32,
@@ -163,7 +164,7 @@ struct ModelState {
     flow: shared::Flow,
     /// Replicas a planner asked for ahead of its traffic (`Policy::set_replica_floor`).
     floor: u32,
-    /// How much later than admission projected its requests finished (`hindsight.rs`).
+    /// Which of its admitted requests finished in time, by their slack (`hindsight.rs`).
     hindsight: hindsight::Hindsight,
 }
 
