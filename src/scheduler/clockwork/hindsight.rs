@@ -99,6 +99,7 @@ struct Trial {
 /// What admission keeps before a request's latest finish, besides its projection.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Keep {
+    /// Kept before the latest finish, besides the projection (0 for a trial).
     pub(super) margin: Nanos,
     /// The request is a trial: admitted, it must be told ([`Hindsight::admitted`]).
     pub(super) trial: bool,
@@ -106,13 +107,13 @@ pub(super) struct Keep {
 
 /// How an admitted request left the queue, against what admission projected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Outcome {
+pub(super) struct Left {
     /// When admission projected it to finish (0: admitted without a projection).
     pub(super) projected: Nanos,
-    /// When it finished (refused: the soonest it could still have finished).
-    pub(super) finish: Nanos,
     /// Its latest useful finish.
     pub(super) latest: Nanos,
+    /// It finished by `latest` (a request refused after waiting did not).
+    pub(super) in_time: bool,
 }
 
 impl Hindsight {
@@ -146,13 +147,13 @@ impl Hindsight {
 
     /// Request `id` left the queue as `outcome` says, learned at `now`. Requests
     /// admitted without a projection teach nothing.
-    pub(super) fn learn(&mut self, id: RequestId, outcome: Outcome, now: Nanos) {
+    pub(super) fn learn(&mut self, id: RequestId, outcome: Left, now: Nanos) {
         if outcome.projected == 0 {
             return;
         }
         let seen = Seen {
             slack: outcome.latest.saturating_sub(outcome.projected),
-            missed: outcome.finish > outcome.latest,
+            missed: !outcome.in_time,
         };
         let trial = self.trial.is_some_and(|t| t.id == id);
         if trial {
@@ -196,10 +197,10 @@ mod tests {
     fn learned(seen: &[(Nanos, bool)]) -> Hindsight {
         let mut h = Hindsight::new(1);
         for (i, &(slack, missed)) in seen.iter().enumerate() {
-            let outcome = Outcome {
+            let outcome = Left {
                 projected: (100 - slack) * MS,
-                finish: if missed { 101 * MS } else { 90 * MS },
                 latest: 100 * MS,
+                in_time: !missed,
             };
             h.learn(RequestId(i as u64), outcome, MS);
         }
@@ -241,10 +242,10 @@ mod tests {
         assert_eq!(learned(&seen).keep(2 * MS).margin, 0);
         // Requests admitted without a projection teach nothing.
         let mut h = learned(&[(3, true); 3]);
-        let blind = Outcome {
+        let blind = Left {
             projected: 0,
-            finish: 500 * MS,
             latest: 110 * MS,
+            in_time: false,
         };
         h.learn(RequestId(9), blind, MS);
         assert_eq!(h.keep(2 * MS).margin, 3 * MS + 1);
@@ -272,10 +273,10 @@ mod tests {
         // One trial at a time: the others keep the margin while it is pending.
         assert_eq!(h.keep(at + 40 * MS).margin, 40 * MS + 1, "pending");
         // Served in time: the past's misses are forgotten.
-        let served = Outcome {
+        let served = Left {
             projected: at + 10 * MS,
-            finish: at + 30 * MS,
             latest: at + 50 * MS,
+            in_time: true,
         };
         h.learn(RequestId(7), served, at + 30 * MS);
         assert_eq!(
@@ -290,10 +291,10 @@ mod tests {
     #[test]
     fn a_trial_that_misses_keeps_the_margin_for_another_while() {
         let (mut h, at) = on_trial();
-        let refused = Outcome {
+        let refused = Left {
             projected: at + 10 * MS,
-            finish: at + 60 * MS,
             latest: at + 50 * MS,
+            in_time: false,
         };
         let then = at + 50 * MS;
         h.learn(RequestId(7), refused, then);

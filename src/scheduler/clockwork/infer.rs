@@ -6,7 +6,7 @@
 
 use std::cmp::Reverse;
 
-use super::hindsight::Outcome;
+use super::hindsight::Left;
 use super::{ClockworkPolicy, Work};
 use crate::model::{DeviceId, ModelId};
 use crate::scheduler::device::{Expected, Runs};
@@ -108,8 +108,7 @@ impl ClockworkPolicy {
             let mut queue = std::mem::take(&mut self.models[model.0 as usize].queue);
             let expired = queue.take_expired(|q| now + self.best_alone(model, q.items) > q.latest);
             for q in &expired {
-                let soonest = now + self.best_alone(model, q.items);
-                self.learn_refused(model, q, soonest, now);
+                self.learn_refused(model, q, now);
             }
             self.models[model.0 as usize].queue = queue;
             self.models[model.0 as usize].expiry = None;
@@ -274,13 +273,12 @@ impl ClockworkPolicy {
         self.exec_estimate(model, kind, b)
     }
 
-    /// Tells `model`'s hindsight of `q`, refused after waiting: it could have finished
-    /// by `soonest` at the earliest.
-    fn learn_refused(&mut self, model: ModelId, q: &Queued, soonest: Nanos, now: Nanos) {
-        let outcome = Outcome {
+    /// Tells `model`'s hindsight of `q`, refused after waiting: a miss.
+    fn learn_refused(&mut self, model: ModelId, q: &Queued, now: Nanos) {
+        let outcome = Left {
             projected: q.projected,
-            finish: soonest,
             latest: q.latest,
+            in_time: false,
         };
         self.models[model.0 as usize]
             .hindsight
@@ -312,7 +310,7 @@ impl ClockworkPolicy {
             if start + self.alone_on(model, kind, q.items) <= q.latest {
                 break;
             }
-            self.learn_refused(model, &q, start + self.alone_on(model, kind, q.items), now);
+            self.learn_refused(model, &q, now);
             hopeless.extend(self.models[model.0 as usize].queue.pop_front());
         }
         self.queued -= hopeless.len();

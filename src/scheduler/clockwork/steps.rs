@@ -35,10 +35,10 @@ impl ClockworkPolicy {
                 self.queue_changed(flight.model, None);
                 for q in requests {
                     let m = &mut self.models[flight.model.0 as usize];
-                    let outcome = hindsight::Outcome {
+                    let outcome = hindsight::Left {
                         projected: q.projected,
-                        finish: measured.end,
                         latest: q.latest,
+                        in_time: measured.end <= q.latest,
                     };
                     m.hindsight.learn(q.id, outcome, self.now);
                     let late = measured.end > q.due;
