@@ -312,6 +312,9 @@ impl Config {
         if p.max_batch == 0 {
             return invalid("policy.max_batch must be at least 1");
         }
+        if p.hindsight_weight == 0 {
+            return invalid("policy.hindsight_weight must be at least 1 (1 refuses only where more missed than were served)");
+        }
         if self.runtime.page_bytes == 0 {
             return invalid("runtime.page_bytes must be positive");
         }

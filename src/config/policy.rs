@@ -118,7 +118,7 @@ pub struct PolicyConfig {
     /// waiting (or served late) weighs: 1 refuses only where more missed than were served;
     /// more trades requests served for fewer refusals after waiting (at 4, over the random
     /// mixes, half as many of those again and 5% more served, but 0.8% fewer served at
-    /// the load sweep's 1.5x). At least 1.
+    /// the load sweep's 1.5x). At least 1: 0 is refused at start.
     pub hindsight_weight: u32,
     /// Plan a device that runs much slower than the other devices of its kind at its own
     /// pace: once its last 3 runs (of models a peer of its kind holds too) each took at

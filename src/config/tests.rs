@@ -77,6 +77,8 @@ fn durations_are_humane() {
 fn bad_values_are_refused() {
     let err = Config::parse("[policy]\nmax_batch = 0\n").unwrap_err();
     assert!(err.to_string().contains("max_batch"), "{err}");
+    let err = Config::parse("[policy]\nhindsight_weight = 0\n").unwrap_err();
+    assert!(err.to_string().contains("hindsight_weight"), "{err}");
     let sim_auto = "[[devices]]\nbackend = \"sim\"\nprofile = \"v100\"\ncount = \"auto\"\n";
     let err = Config::parse(sim_auto).unwrap_err();
     assert!(err.to_string().contains("auto"), "{err}");
