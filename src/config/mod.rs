@@ -312,6 +312,11 @@ impl Config {
         if p.max_batch == 0 {
             return invalid("policy.max_batch must be at least 1");
         }
+        if !(0.0..=1.0).contains(&p.hindsight_floor) {
+            return invalid(
+                "policy.hindsight_floor must be within 0..=1 (a share of a model's arrivals)",
+            );
+        }
         if p.hindsight_weight == 0 {
             return invalid("policy.hindsight_weight must be at least 1 (1 refuses only where more missed than were served)");
         }

@@ -6,7 +6,7 @@
 //! expectation is a mean: under overload on a shared device, requests admitted with a
 //! few ms to spare were then overtaken by other models' arrivals due sooner, waited most
 //! of their objective and were refused as timed out (in the zoo-like mix of
-//! `tests/policy_overload.rs`, a fifth of those admitted with under 10 ms to spare, and
+//! `tests/mix_support`, a fifth of those admitted with under 10 ms to spare, and
 //! most of the dear model's whatever their slack). A refusal after waiting is the slow
 //! kind that admission exists to avoid.
 //!
@@ -30,6 +30,11 @@
 //! the next trial waits another [`FORGET`]. Under an overload that leaves a model no
 //! room, that costs at most one request refused after waiting per [`FORGET`] and its
 //! objective; after one, the model is back within [`FORGET`] and a run.
+//!
+//! Each refusal is right on its own, but together they can hold a model whose admitted
+//! requests mostly miss (long runs, a loose objective, overtaken by everyone) to a few
+//! percent of its requests; below a floor of its arrivals served it is admitted without
+//! the margin (`floor.rs`, `PolicyConfig::hindsight_floor`).
 
 use std::collections::VecDeque;
 

@@ -21,6 +21,7 @@ mod admit;
 mod behind;
 mod devices;
 mod estimates;
+mod floor;
 mod hindsight;
 mod infer;
 mod load;
@@ -94,6 +95,9 @@ struct Params {
     admission_hindsight: bool,
     /// How many requests served in time a miss weighs in hindsight (`hindsight.rs`).
     hindsight_weight: u32,
+    /// Share of its arrivals below which a model losing requests is admitted without its
+    /// margin in hindsight (`floor.rs`).
+    hindsight_floor: f64,
     /// Plan a device much slower than its kind at its own pace (`estimate::Slowdown`).
     device_slowdown: bool,
 }
@@ -124,6 +128,7 @@ impl From<&PolicyConfig> for Params {
             protect_admitted: c.protect_admitted,
             admission_hindsight: c.admission_hindsight,
             hindsight_weight: c.hindsight_weight,
+            hindsight_floor: c.hindsight_floor,
             device_slowdown: c.device_slowdown,
         }
     }

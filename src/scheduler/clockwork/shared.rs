@@ -48,6 +48,14 @@ pub(super) struct Flow {
     dropped: RateMeter,
 }
 
+/// What [`Flow`] counted over its window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Counts {
+    pub(super) admitted: u64,
+    pub(super) planned: u64,
+    pub(super) dropped: u64,
+}
+
 impl Flow {
     /// A request was admitted at `now`; `objective`, a direct request's time from arrival
     /// to its internal deadline (a pipeline's sub-request has only what its root left,
@@ -67,6 +75,16 @@ impl Flow {
     /// `n` of its requests were refused at `now` after waiting.
     pub(super) fn dropped(&mut self, now: Nanos, n: usize) {
         self.dropped.add(now, n.try_into().unwrap_or(u32::MAX));
+    }
+
+    /// Requests admitted, taken into batches and refused after waiting over the window
+    /// that ends at `now`.
+    pub(super) fn counts(&self, now: Nanos) -> Counts {
+        Counts {
+            admitted: self.admitted.count(now),
+            planned: self.planned.count(now),
+            dropped: self.dropped.count(now),
+        }
     }
 
     /// Of what left its queue, the share served rather than refused after waiting (1
