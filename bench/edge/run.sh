@@ -5,6 +5,11 @@
 #
 #   bench/edge/run.sh [--bin PATH] [--config FILE] [--devices N|auto] [--backend cpu|ort]
 #                     [--duration S] [--out DIR] [--client-cores front|any|LIST] [--trace]
+#                     [--capacity R]
+#
+# --capacity R: the loads are multiples of R answers/s instead of the capacity measured
+# (still measured and printed): two builds or settings compared at the same rates, where
+# this host's measured capacity swings by half between runs.
 #
 # The clients (client.py, perf_analyzer) run on the server's front-end cores (`front`,
 # the default, read from the server's `cores:` line), never on a core a device is pinned
@@ -32,6 +37,7 @@ config=config.toml
 backend=cpu
 client_cores=front
 trace=0
+fixed_capacity=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bin=$2; shift 2 ;;
@@ -42,6 +48,7 @@ while [ $# -gt 0 ]; do
         --backend) backend=$2; shift 2 ;;
         --client-cores) client_cores=$2; shift 2 ;;
         --trace) trace=1; shift ;;
+        --capacity) fixed_capacity=$2; shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -125,6 +132,10 @@ echo "capacity: $capacity answers/s ($clients closed-loop clients, binary)"
 if [ "$capacity" = "0.0" ]; then
     echo "no answer at all: nothing to measure against" >&2
     exit 1
+fi
+if [ -n "$fixed_capacity" ]; then
+    capacity=$fixed_capacity
+    echo "loads as multiples of $capacity answers/s (--capacity)"
 fi
 
 for format in json binary; do
