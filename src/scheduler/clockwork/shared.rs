@@ -51,8 +51,11 @@ pub(super) struct Flow {
 /// What [`Flow`] counted over its window.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Counts {
+    /// Requests admitted (its arrivals less these were refused at arrival).
     pub(super) admitted: u64,
+    /// Requests taken into batches: served, unless a run failed or overran.
     pub(super) planned: u64,
+    /// Requests refused after waiting.
     pub(super) dropped: u64,
 }
 
