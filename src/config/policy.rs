@@ -107,13 +107,14 @@ pub struct PolicyConfig {
     /// Without it, under overload on a device shared by models of different objectives,
     /// the projection's expectation of the other models' work is a mean, and a fifth of
     /// what it admits with a few ms to spare is refused after waiting most of its
-    /// objective. With it and its floor (`hindsight_floor`), in virtual time, as much is
-    /// served and fewer are refused after waiting (over 192 random cpu-like mixes 0.9%
-    /// more served and 21% fewer; at the load sweep's 1.5x, half as many, goodput within
-    /// 0.2%). On by default since the floor: alone it moved service under heavy overload
-    /// from the models that miss most (the dearest) to the others, and in a quarter of
-    /// those mixes a model kept 5% of its requests or more without it and fewer with it
-    /// (docs/EXPERIMENTS.md, "Admission in hindsight", "A floor under it").
+    /// objective. With it and its floor (`hindsight_floor`), in virtual time, over 192
+    /// random cpu-like mixes 0.9% more is served and 21% fewer are refused after waiting,
+    /// and at the load sweep's 1.5x half as many, goodput within 0.2%. Off by default: a
+    /// request that would time out is dropped before it runs, so refusing it at arrival
+    /// saves no device time, and those below the margin that would have been served are
+    /// lost: a trade of goodput for refusals that come at once. At objectives of twice a
+    /// batch-1 run on noisy GPU-shaped devices (the SLO sweep) it served up to 11% less
+    /// (docs/EXPERIMENTS.md, "Admission in hindsight", "Then the SLO sweep").
     pub admission_hindsight: bool,
     /// With `admission_hindsight`, how many requests served in time one refused after
     /// waiting (or served late) weighs: 1 refuses only where more missed than were served;
@@ -182,7 +183,7 @@ impl Default for PolicyConfig {
             drift_margin: false,
             shared_arrival: true,
             protect_admitted: false,
-            admission_hindsight: true,
+            admission_hindsight: false,
             hindsight_weight: 1,
             hindsight_floor: 0.05,
             device_slowdown: false,
