@@ -17,7 +17,7 @@
 //! waiting the requests of the models it overtook, which hindsight then refused at
 //! arrival in turn: over the random mixes 0.4% fewer served than with neither rule at 5%,
 //! 7% fewer at 10%, where this serves 0.9% more at 5% (docs/EXPERIMENTS.md, "A floor under
-//! admission in hindsight").
+//! it").
 
 use super::shared::Counts;
 use super::ClockworkPolicy;
