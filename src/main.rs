@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use std::time::Duration;
 
-use clockwork::config::Config;
+use clockwork::config::{Config, PolicyConfig};
 use clockwork::pipeline::BudgetKind;
 use clockwork::simulate::pipelines::{BuiltinPipeline, EmulatedFanOut, PipelineArgs};
 use clockwork::simulate::SimulateArgs;
@@ -184,6 +184,10 @@ struct SimulateCli {
         default_value = "clockwork,clockwork-nodrop,reactive"
     )]
     policy: Vec<String>,
+    /// A server configuration file whose `[policy]` table every run starts from (its
+    /// name is replaced by each of --policy; devices and models come from these flags).
+    #[arg(long)]
+    config: Option<PathBuf>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Output directory of the report.
@@ -311,6 +315,10 @@ fn simulate(cli: SimulateCli) -> anyhow::Result<()> {
         model_profile: cli.model_profile,
         noise_cv: cli.noise_cv,
         policies: cli.policy,
+        policy: match &cli.config {
+            Some(path) => Config::load(path)?.policy,
+            None => PolicyConfig::default(),
+        },
         clients: cli.clients,
         think: ms(cli.think_ms),
         out: cli.out,

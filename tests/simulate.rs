@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use clockwork::config::PolicyConfig;
 use clockwork::simulate::{self, SimulateArgs};
 use clockwork::time::MS;
 use clockwork::workload::{WorkloadKind, WorkloadParams};
@@ -32,6 +33,7 @@ fn args(out: PathBuf) -> SimulateArgs {
             "reactive".into(),
             "clockwork-nodrop".into(),
         ],
+        policy: PolicyConfig::default(),
         clients: 4,
         think: 0,
         out,
@@ -136,6 +138,13 @@ fn bad_flags_and_files_are_named_not_panicked_on() {
     assert!(!ok && err.contains("tpu9"), "{err}");
     let (ok, err) = cli(&["--workload", "zigzag"]);
     assert!(!ok && err.contains("zigzag"), "{err}");
+    let (ok, err) = cli(&["--config", "/nonexistent/policy.toml"]);
+    assert!(!ok && err.contains("/nonexistent/policy.toml"), "{err}");
+    let policy = scratch("policy.toml");
+    std::fs::write(&policy, "[policy]\nhindsight_weight = 0\n").unwrap();
+    let (ok, err) = cli(&["--config", &policy.display().to_string()]);
+    assert!(!ok && err.contains("hindsight_weight"), "{err}");
+    let _ = std::fs::remove_file(policy);
     let dir = scratch("badtrace");
     std::fs::create_dir_all(&dir).unwrap();
     let header: Vec<String> = ["HashOwner", "HashApp", "HashFunction", "Trigger"]

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use clockwork::config::PolicyConfig;
 use clockwork::report::PolicyReport;
 use clockwork::simulate::pipelines::{BuiltinPipeline, EmulatedFanOut, PipelineArgs};
 use clockwork::simulate::{self, SimulateArgs};
@@ -31,6 +32,7 @@ fn args(which: BuiltinPipeline, rate: f64, name: &str) -> SimulateArgs {
         model_profile: "resnet50".into(),
         noise_cv: 0.0,
         policies: vec!["clockwork".into()],
+        policy: PolicyConfig::default(),
         clients: 1,
         think: 0,
         out: scratch(name),

@@ -135,6 +135,15 @@ pub struct PolicyConfig {
     /// model below it is served as without hindsight, not more. Within 0..=1; 0 turns it
     /// off.
     pub hindsight_floor: f64,
+    /// With `admission_hindsight`, only a request whose objective is at least this many
+    /// of its own runs (alone, at the estimate) is judged with its model's margin in
+    /// hindsight; a tighter one is judged without. At objectives of a few runs nothing
+    /// queues, a miss is a run before it that overran, and what the margin refuses that
+    /// would have been served is lost: at twice a batch-1 run on noisy GPU-shaped devices
+    /// (the SLO sweep) hindsight served up to 11% less without this gate, the same as
+    /// without hindsight with it (docs/EXPERIMENTS.md, "A gate by objective length").
+    /// 0 judges every request in hindsight.
+    pub hindsight_min_runs: u32,
     /// Plan a device that runs much slower than the other devices of its kind at its own
     /// pace: once its last 3 runs (of models a peer of its kind holds too) each took at
     /// least twice its kind's quickest recent run of that batch, its estimates are scaled
@@ -186,6 +195,7 @@ impl Default for PolicyConfig {
             admission_hindsight: false,
             hindsight_weight: 1,
             hindsight_floor: 0.05,
+            hindsight_min_runs: 10,
             device_slowdown: false,
             load_budget: ms(25),
             max_batch: 16,

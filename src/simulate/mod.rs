@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use self::pipelines::PipelineArgs;
 use crate::actors::StartError;
-use crate::config::{BackendKind, Config, DeviceGroupConfig, ModelConfig, SimConfig};
+use crate::config::{BackendKind, Config, DeviceGroupConfig, ModelConfig, PolicyConfig, SimConfig};
 use crate::gpu::profiles;
 use crate::pipeline::BudgetKind;
 use crate::report::{self, PolicyReport, Report, ReportError};
@@ -42,6 +42,9 @@ pub struct SimulateArgs {
     pub noise_cv: f64,
     /// Policies to run, each on the same arrivals.
     pub policies: Vec<String>,
+    /// The policy constants every run starts from (its `name` is replaced by each of
+    /// `policies`), so that a setting can be compared on the same arrivals.
+    pub policy: PolicyConfig,
     /// Closed loop: number of clients and think time.
     pub clients: u32,
     pub think: Nanos,
@@ -165,6 +168,7 @@ impl SimulateArgs {
     /// The runtime configuration of one policy's run.
     fn config(&self, policy: &str) -> Result<Config, UnknownPolicy> {
         let mut config = Config::default();
+        config.policy = self.policy.clone();
         config.policy.name = self.parts(policy)?.policy;
         config.runtime.default_slo = std::time::Duration::from_nanos(self.params.slo);
         config.devices.push(DeviceGroupConfig {

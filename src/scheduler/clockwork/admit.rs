@@ -110,9 +110,10 @@ impl ClockworkPolicy {
         // earlier than its root's, and newly arrived roots must not push it out.
         let shared = p.shared_arrival && request.latest_finish.is_none();
         let ahead = (j.deadline, j.items, shared);
-        // Below its floor of service, a model is judged as if hindsight were off for it
-        // (`floor.rs`).
-        let keep = if p.admission_hindsight && !self.below_floor(request.model, now) {
+        // A tight objective (a few runs) is judged without hindsight; so is a model below
+        // its floor of service (`floor.rs`).
+        let loose = request.slo >= j.single.saturating_mul(p.hindsight_min_runs.into());
+        let keep = if p.admission_hindsight && loose && !self.below_floor(request.model, now) {
             self.models[request.model.0 as usize].hindsight.keep(now)
         } else {
             Keep::default()

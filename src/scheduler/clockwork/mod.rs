@@ -98,6 +98,8 @@ struct Params {
     /// Share of its arrivals below which a model losing requests is admitted without its
     /// margin in hindsight (`floor.rs`).
     hindsight_floor: f64,
+    /// Objectives, in runs alone, below which a request is judged without hindsight.
+    hindsight_min_runs: u32,
     /// Plan a device much slower than its kind at its own pace (`estimate::Slowdown`).
     device_slowdown: bool,
 }
@@ -129,6 +131,7 @@ impl From<&PolicyConfig> for Params {
             admission_hindsight: c.admission_hindsight,
             hindsight_weight: c.hindsight_weight,
             hindsight_floor: c.hindsight_floor,
+            hindsight_min_runs: c.hindsight_min_runs,
             device_slowdown: c.device_slowdown,
         }
     }
