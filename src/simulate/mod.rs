@@ -167,8 +167,10 @@ impl SimulateArgs {
 
     /// The runtime configuration of one policy's run.
     fn config(&self, policy: &str) -> Result<Config, UnknownPolicy> {
-        let mut config = Config::default();
-        config.policy = self.policy.clone();
+        let mut config = Config {
+            policy: self.policy.clone(),
+            ..Config::default()
+        };
         config.policy.name = self.parts(policy)?.policy;
         config.runtime.default_slo = std::time::Duration::from_nanos(self.params.slo);
         config.devices.push(DeviceGroupConfig {
