@@ -7,7 +7,8 @@ if [[ -z "${CLOCKWORK:-}" ]]; then
   cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml" --bin clockwork
   CLOCKWORK="$ROOT/target/release/clockwork"
 fi
-simulate() { "$CLOCKWORK" simulate --quiet "$@" > /dev/null; }
+# POLICY_CONFIG=path/to/file.toml starts every run from that file's [policy] table.
+simulate() { "$CLOCKWORK" simulate --quiet ${POLICY_CONFIG:+--config "$POLICY_CONFIG"} "$@" > /dev/null; }
 summarize() { python3 "$ROOT/bench/simulate/summarize.py" "$@"; }
 
 # A pipeline's runs, with FLAGS (an array) set by the caller: with CAPACITY_SWEEP=1,
