@@ -25,6 +25,7 @@ mod floor;
 mod hindsight;
 mod infer;
 mod load;
+mod params;
 mod placement;
 mod rate;
 mod shared;
@@ -34,7 +35,7 @@ mod view;
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashSet};
 
-use super::device::{DeviceMirror, LaneTiming};
+use super::device::DeviceMirror;
 use super::estimate::{Estimator, Margins};
 use super::ids::IdMap;
 use super::queue::{ModelQueue, Queued};
@@ -50,92 +51,12 @@ use crate::time::{nanos, Nanos};
 const DEVICE: u64 = 1_000_000;
 
 use estimates::seed_exec;
+use params::Params;
 use placement::RankKey;
 use rate::RateMeter;
 
 /// Planned duration of an UNLOAD: bookkeeping only.
 const UNLOAD_ESTIMATE: Nanos = 10_000;
-
-/// The policy's constants in nanoseconds.
-#[derive(Clone, Copy, Debug)]
-struct Params {
-    schedule_ahead: Nanos,
-    buffer: Nanos,
-    load_budget: Nanos,
-    max_batch: u32,
-    max_exec_time: Nanos,
-    window: usize,
-    percentile: f64,
-    lanes: LaneTiming,
-    /// Refuse hopeless requests early (off only for the ablation that serves them late).
-    early_drop: bool,
-    /// Count the work other models will run first on shared devices when projecting at
-    /// arrival (`shared.rs`; `PolicyConfig::shared_arrival`, on by default).
-    shared_arrival: bool,
-    /// Measurements older than this no longer hold a model's requests back: before
-    /// refusing them, its estimates go back to their seeds (see `estimate::Estimator`).
-    estimate_max_age: Nanos,
-    /// Busy share of a device that replicas are sized for.
-    target_utilisation: f64,
-    /// Learn each device's lag and overrun margin (`device::DeviceMirror::margins`), with
-    /// the window and percentile they are taken over.
-    learn_margins: bool,
-    margin_window: usize,
-    margin_percentile: f64,
-    /// Project the queue ahead of an arrival at the estimates' means (`admit.rs`).
-    queue_at_mean: bool,
-    /// Keep the replicas' drift before the objective of an arrival behind other work
-    /// (`admit.rs`, `estimate::Drift`).
-    drift_margin: bool,
-    /// Refuse an arrival that would push a request queued behind it past its latest
-    /// finish (`behind.rs`).
-    protect_admitted: bool,
-    /// Refuse at arrival below the slack where a model's admitted requests missed more
-    /// than they were served (`hindsight.rs`).
-    admission_hindsight: bool,
-    /// How many requests served in time a miss weighs in hindsight (`hindsight.rs`).
-    hindsight_weight: u32,
-    /// Share of its arrivals below which a model losing requests is admitted without its
-    /// margin in hindsight (`floor.rs`).
-    hindsight_floor: f64,
-    /// Objectives, in runs alone, below which a request is judged without hindsight.
-    hindsight_min_runs: u32,
-    /// Plan a device much slower than its kind at its own pace (`estimate::Slowdown`).
-    device_slowdown: bool,
-}
-
-impl From<&PolicyConfig> for Params {
-    fn from(c: &PolicyConfig) -> Self {
-        Self {
-            schedule_ahead: nanos(c.schedule_ahead),
-            buffer: nanos(c.buffer),
-            load_budget: nanos(c.load_budget).max(1),
-            max_batch: c.max_batch,
-            max_exec_time: nanos(c.max_exec_time),
-            window: c.estimate_window,
-            percentile: c.estimate_percentile,
-            lanes: LaneTiming {
-                expected_lag: nanos(c.expected_lag),
-                lag_allowance: nanos(c.lag_allowance),
-            },
-            early_drop: true,
-            shared_arrival: c.shared_arrival,
-            estimate_max_age: nanos(c.estimate_max_age).max(1),
-            target_utilisation: c.target_utilisation.clamp(0.05, 1.0),
-            learn_margins: c.learn_margins,
-            margin_window: c.margin_window,
-            margin_percentile: c.margin_percentile,
-            queue_at_mean: c.queue_at_mean,
-            drift_margin: c.drift_margin,
-            protect_admitted: c.protect_admitted,
-            admission_hindsight: c.admission_hindsight,
-            hindsight_weight: c.hindsight_weight,
-            hindsight_floor: c.hindsight_floor,
-            hindsight_min_runs: c.hindsight_min_runs,
-            device_slowdown: c.device_slowdown,
-        }
-    }
-}
 
 /// Everything the policy tracks about one model.
 struct ModelState {
