@@ -172,6 +172,7 @@ async fn pipeline_outputs_equal_its_stages_called_one_after_another() {
         "clockwork_pipeline_requests{outcome=\"ok\",pipeline=\"cascade\"} 1",
         "clockwork_pipeline_latency_seconds_count{pipeline=\"cascade\"} 1",
         "clockwork_pipeline_stage_latency_seconds_count{pipeline=\"cascade\",stage=\"classify\"} 1",
+        "clockwork_pipeline_stage_requests{outcome=\"ok\",pipeline=\"cascade\",stage=\"classify\"} 1",
         "clockwork_pipeline_fan_out_sum{pipeline=\"cascade\",stage=\"classify\"} 1",
     ];
     let mut text = String::new();

@@ -182,17 +182,21 @@ print("server, since start: edge refusals by stage", json.dumps({k: int(v) for k
       "answers by outcome", json.dumps({k: int(v) for k, v in outcomes.items() if v}))'
 
 echo "during the burst: $(cat "$work/sample.json")"
-# The burst's own answers per model or pipeline: outcomes and the edge's refusals by stage.
+# The burst's own answers per model or pipeline: outcomes and the edge's refusals by stage;
+# and per pipeline stage, its sub-requests' outcomes (already in their model's).
 curl -s "$base/metrics" > "$work/metrics_after"
 python3 - "$work/metrics_before" "$work/metrics_after" <<'PY'
 import collections, re, sys
 def read(path):
     counts = collections.Counter()
     for line in open(path):
-        m = re.match(r'clockwork_(requests|edge_refusals|edge_late)\{(.*)\} (\S+)', line)
+        m = re.match(r'clockwork_(requests|edge_refusals|edge_late|pipeline_stage_requests)\{(.*)\} (\S+)', line)
         if not m:
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', m[2]))
+        # A stage's sub-requests (also in their model's counts): keyed by pipeline/stage.
+        if m[1] == "pipeline_stage_requests":
+            labels["model"] = f'{labels["pipeline"]}/{labels["stage"]} (sub-requests)'
         # edge_late: answers that left the server after their deadline from the edge.
         kind = labels.get("outcome") or ("edge_" + labels["stage"] if "stage" in labels else "late_at_edge")
         counts[(labels.get("model", "?"), kind)] += float(m[3])

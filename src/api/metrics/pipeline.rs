@@ -1,6 +1,6 @@
 //! The metrics of pipelines, from the pipeline actors' events: per pipeline, root
-//! requests by outcome and their end-to-end latency; per stage, its sub-requests'
-//! latency and how many requests one upstream result became (the fan-out). Latencies use
+//! requests by outcome and their end-to-end latency; per stage, its sub-requests by
+//! outcome and latency, and how many requests one upstream result became (the fan-out). Latencies use
 //! the models' buckets ([`latency_buckets`]), so one panel reads both alike.
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
@@ -14,6 +14,10 @@ pub(super) struct PipelineMetrics {
     requests: IntCounterVec,
     /// End-to-end latency of answered roots, by pipeline.
     latency: HistogramVec,
+    /// A stage's sub-requests answered, by pipeline, stage and outcome: they are also in
+    /// their model's `clockwork_requests`, and this tells a model's own requests from a
+    /// pipeline's (which of them wait to be refused under overload, for one).
+    stage_requests: IntCounterVec,
     /// Latency of a stage's sub-requests (submitted to answered), by pipeline and stage.
     stage_latency: HistogramVec,
     /// Requests one upstream result became, by pipeline and stage.
@@ -39,6 +43,13 @@ impl PipelineMetrics {
             .buckets(seconds.clone()),
             &["pipeline"],
         )?;
+        let stage_requests = IntCounterVec::new(
+            Opts::new(
+                "clockwork_pipeline_stage_requests",
+                "Sub-requests of a pipeline stage answered, by outcome (also counted in their model's clockwork_requests)",
+            ),
+            &["pipeline", "stage", "outcome"],
+        )?;
         let stage_latency = HistogramVec::new(
             HistogramOpts::new(
                 "clockwork_pipeline_stage_latency_seconds",
@@ -58,10 +69,13 @@ impl PipelineMetrics {
         for family in [&latency, &stage_latency, &fan_out] {
             r.register(Box::new(family.clone()))?;
         }
-        r.register(Box::new(requests.clone()))?;
+        for family in [&requests, &stage_requests] {
+            r.register(Box::new(family.clone()))?;
+        }
         Ok(Self {
             requests,
             latency,
+            stage_requests,
             stage_latency,
             fan_out,
         })
@@ -79,8 +93,11 @@ impl PipelineMetrics {
             .observe(seconds);
     }
 
-    /// A stage's sub-request answered.
+    /// A stage's sub-request answered: counted by outcome, its latency observed.
     pub fn stage(&self, e: &StageAnswered) {
+        self.stage_requests
+            .with_label_values(&[&*e.pipeline, &*e.stage, e.outcome.as_str()])
+            .inc();
         self.stage_latency
             .with_label_values(&[&*e.pipeline, &*e.stage])
             .observe(e.latency as f64 / 1e9);
