@@ -1,7 +1,7 @@
 //! The metrics of pipelines, from the pipeline actors' events: per pipeline, root
 //! requests by outcome and their end-to-end latency; per stage, its sub-requests by
-//! outcome and latency, and how many requests one upstream result became (the fan-out). Latencies use
-//! the models' buckets ([`latency_buckets`]), so one panel reads both alike.
+//! outcome and latency, and how many requests one upstream result became (the fan-out).
+//! Latencies use the models' buckets ([`latency_buckets`]), so one panel reads both alike.
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
