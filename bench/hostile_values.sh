@@ -45,6 +45,7 @@ PY
 port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 sed -e "s|^listen = .*|listen = \"127.0.0.1:$port\"|" \
     -e "s|^path = \"models\"|path = \"$out/models\"|" config.toml > "$out/config.toml"
+sed -i -e "s|^backend = \"auto\"|backend = \"${BACKEND:-cpu}\"|" "$out/config.toml"
 if [ "${BACKEND:-cpu}" = ort ]; then
     sed -i -e 's|^backend = "cpu"|backend = "ort"|' -e 's|^\[devices.cpu\]|[devices.ort]|' \
         "$out/config.toml"

@@ -141,7 +141,8 @@ fn post_json(address: &str, path: &str, body: &str) -> (u16, serde_json::Value) 
 
 /// The README's first command: `clockwork serve` on the repository's config.toml, on a
 /// fresh directory, writes the zoo, profiles it and serves real outputs over HTTP (equal
-/// to tract's, run here directly); a restart reuses the stored profiles.
+/// to tract's, run here directly, within ONNX Runtime's rounding where `auto` chose it); a
+/// restart reuses the stored profiles.
 #[test]
 fn the_default_config_serves_the_zoo_with_real_outputs() {
     let cwd = std::env::temp_dir().join(format!("clockwork-default-{}", std::process::id()));
@@ -156,6 +157,7 @@ fn the_default_config_serves_the_zoo_with_real_outputs() {
     ];
     let (server, address, log) = spawn(&args, &cwd);
     executors_share_their_devices_cores(server.0.id(), &log);
+    auto_chose_the_runtime_found(server.0.id(), &log);
     let input: Vec<f32> = (0..256).map(|i| (i as f32 / 128.0) - 1.0).collect();
     // A slack objective: this test checks what is computed, not how fast (a cold load
     // on a busy test machine could miss the mlp's own 50 ms and be refused).
@@ -193,7 +195,7 @@ fn the_default_config_serves_the_zoo_with_real_outputs() {
     let _ = std::fs::remove_dir_all(&cwd);
 }
 
-/// Each pinned cpu device's executor thread runs on the device's core, not on the front
+/// Each pinned cpu (or ort) device's executor thread runs on the device's core, not on the front
 /// end's (read from the system: each thread's name and allowed cores). Nothing to check
 /// where the machine has too few cores to pin the devices (the `cores:` line says).
 fn executors_share_their_devices_cores(pid: u32, log: &[String]) {
@@ -226,7 +228,9 @@ fn executors_share_their_devices_cores(pid: u32, log: &[String]) {
         found.sort();
         found
     };
-    let devices = allowed(&|name| name.starts_with("cpu-device-"));
+    // tract's or ONNX Runtime's, whichever `backend = "auto"` chose here.
+    let devices =
+        allowed(&|name| name.starts_with("cpu-device-") || name.starts_with("ort-device-"));
     let mut expected: Vec<String> = cores.split(',').map(str::to_owned).collect();
     expected.sort();
     assert_eq!(devices, expected, "each device on its own core");
@@ -234,6 +238,31 @@ fn executors_share_their_devices_cores(pid: u32, log: &[String]) {
         allowed(&|name| name == "executor"),
         devices,
         "each executor on its device's core"
+    );
+}
+
+/// `backend = "auto"` runs ONNX Runtime where its library is named (`ORT_DYLIB_PATH`, as
+/// CI sets it), tract elsewhere, and says so: read from the device threads' names.
+fn auto_chose_the_runtime_found(pid: u32, log: &[String]) {
+    let ort = std::env::var_os("ORT_DYLIB_PATH").is_some_and(|p| Path::new(&p).is_file());
+    let (said, thread) = if ort {
+        ("runs ONNX Runtime (ort)", "ort-device-0")
+    } else {
+        ("runs tract (cpu)", "cpu-device-0")
+    };
+    assert!(
+        log.iter().any(|line| line.contains(said)),
+        "the start-up log says `auto` {said}: {log:?}"
+    );
+    let names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .map(|t| std::fs::read_to_string(t.path().join("comm")).unwrap_or_default())
+        .map(|name| name.trim_end().to_owned())
+        .collect();
+    assert!(
+        names.iter().any(|n| n == thread),
+        "a thread {thread}: {names:?}"
     );
 }
 

@@ -3,7 +3,7 @@
 # driven from outside by an open-loop Poisson client (bench/edge/client.py) and by
 # Triton's perf_analyzer. See bench/edge/README.md.
 #
-#   bench/edge/run.sh [--bin PATH] [--config FILE] [--devices N|auto] [--backend cpu|ort]
+#   bench/edge/run.sh [--bin PATH] [--config FILE] [--devices N|auto] [--backend cpu|ort|auto]
 #                     [--duration S] [--out DIR] [--client-cores front|any|LIST] [--trace]
 #                     [--capacity R]
 #
@@ -19,8 +19,11 @@
 # --trace logs each batch and each refusal or late answer with its times
 # (`clockwork::api::trace` at debug level) into server.log; `trace.py DIR` reads them.
 #
-# --backend ort turns the configuration's cpu groups into ort groups (ONNX Runtime, the
-# library from scripts/onnxruntime.sh unless ORT_DYLIB_PATH names one).
+# --backend cpu|ort|auto turns the configuration's cpu and auto groups into groups of that
+# backend (ort: ONNX Runtime, the library from scripts/onnxruntime.sh unless
+# ORT_DYLIB_PATH names one); without it the configuration is served as it is (the
+# default's `auto` runs ONNX Runtime where ORT_DYLIB_PATH names its library, else tract:
+# the server's line saying which is printed).
 #
 # Prints a markdown table (client-side goodput, late, refused, p50/p99, refusal p99) for
 # 0.25x .. 2x of the measured capacity, JSON and binary bodies, and whether perf_analyzer
@@ -34,7 +37,7 @@ devices=""
 duration=10
 out=""
 config=config.toml
-backend=cpu
+backend=""
 client_cores=front
 trace=0
 fixed_capacity=""
@@ -87,9 +90,11 @@ if [ -n "$devices" ]; then
     [ "$devices" = auto ] && devices='"auto"'
     sed -i "s|^count = .*|count = $devices|" "$work/config.toml"
 fi
+if [ -n "$backend" ]; then
+    sed -i -e "s/^backend = \"\(cpu\|auto\)\"/backend = \"$backend\"/" "$work/config.toml"
+fi
 if [ "$backend" = ort ]; then
-    sed -i -e 's|^backend = "cpu"|backend = "ort"|' -e 's|^\[devices.cpu\]|[devices.ort]|' \
-        "$work/config.toml"
+    sed -i -e 's|^\[devices.cpu\]|[devices.ort]|' "$work/config.toml"
     if [ -z "${ORT_DYLIB_PATH:-}" ]; then
         ORT_DYLIB_PATH=$(scripts/onnxruntime.sh)
         export ORT_DYLIB_PATH
@@ -106,6 +111,7 @@ for _ in $(seq 1 600); do
     sleep 0.5
 done
 grep -m1 "cores:" "$out/server.log" | sed 's/^.*cores:/cores:/' || true
+grep -m1 'backend "auto" runs' "$out/server.log" | sed 's/^.*devices: /devices: /' || true
 
 # Where the clients run: off the devices' cores (see the top of this file).
 pin=()

@@ -139,7 +139,11 @@ fn backend_allows(model: ModelFacts<'_>, device: &DeviceFacts) -> bool {
     let named = match (model.backends, device.backend) {
         // Real graphs are computed for real unless emulation is asked for.
         (None, _) => !(model.has_graph && device.emulated),
-        (Some(list), Some(backend)) => list.contains(&backend),
+        // `auto` in a model's list: whichever real CPU runtime a group's `auto` chose.
+        (Some(list), Some(backend)) => {
+            list.contains(&backend)
+                || (list.contains(&BackendKind::Auto) && backend.runs_on_cores())
+        }
         // A custom backend is not nameable in a model's configuration.
         (Some(_), None) => false,
     };
@@ -222,6 +226,16 @@ mod tests {
                 pages: 20,
                 largest: 10
             }
+        );
+        // `auto` names whichever real CPU runtime a group chose, never an emulator.
+        let auto = [BackendKind::Auto];
+        let ort = DeviceFacts {
+            backend: Some(BackendKind::Ort),
+            ..CPU
+        };
+        assert_eq!(
+            eligible_devices(model(1, true, Some(&auto)), &[SIM, CPU, ort]),
+            Ok(Some(vec![DeviceId(1), DeviceId(2)]))
         );
         // Fits only the larger device.
         let both = [BackendKind::Sim, BackendKind::Cpu];

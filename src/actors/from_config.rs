@@ -23,6 +23,7 @@ use crate::time::{nanos, Clock};
 impl RuntimeBuilder {
     /// Devices, models and repository as the configuration file describes them.
     pub fn from_config(clock: Clock, config: &Config) -> Result<Self, StartError> {
+        let config = &resolve_backends(config);
         let settings = super::ControllerSettings {
             watchdog_grace: nanos(config.server.watchdog_grace),
             shutdown_grace: nanos(config.server.shutdown_grace),
@@ -127,6 +128,7 @@ pub fn devices_from_config(
     clock: Clock,
     config: &Config,
 ) -> Result<(Vec<ConfiguredDevice>, Option<CorePlan>), StartError> {
+    let config = &resolve_backends(config);
     let cores = core_plan(config);
     let mut devices = Vec::new();
     let mut cpu_devices = 0;
@@ -156,6 +158,38 @@ pub fn devices_from_config(
         }
     }
     Ok((devices, cores))
+}
+
+/// `config` with each `auto` device group decided ([`BackendKind::resolved`]): `ort` when
+/// ONNX Runtime's library loads here, else `cpu`, the choice logged with its reason (and,
+/// for tract, how to get ONNX Runtime). A configuration without `auto` comes back as it was.
+pub fn resolve_backends(config: &Config) -> Config {
+    let mut resolved = config.clone();
+    let auto = |g: &&mut DeviceGroupConfig| g.backend == BackendKind::Auto;
+    for group in resolved.devices.iter_mut().filter(auto) {
+        let configured = group.ort.library.as_deref();
+        let loaded = ort::library::environment(configured);
+        group.backend = BackendKind::Auto.resolved(loaded.is_ok());
+        match loaded {
+            Ok(_) if group.backend == BackendKind::Ort => {
+                let library = ort::library::resolve(configured)
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default();
+                tracing::info!(%library, "devices: backend \"auto\" runs ONNX Runtime (ort)");
+            }
+            // A library the group names was asked for: its failure is worth a warning.
+            Err(error) if configured.is_some() => tracing::warn!(
+                %error,
+                "devices: backend \"auto\" runs tract (cpu), the library named not loading"
+            ),
+            Ok(_) => tracing::info!("devices: backend \"auto\" runs tract (cpu)"),
+            Err(error) => tracing::info!(
+                %error,
+                "devices: backend \"auto\" runs tract (cpu), ONNX Runtime being unavailable"
+            ),
+        }
+    }
+    resolved
 }
 
 /// Which cores the cpu and ort devices and the front end get, said in the log; `None`
@@ -210,7 +244,8 @@ fn device(
             };
             Ok(Box::new(SimDevice::new(clock, settings)))
         }
-        BackendKind::Cpu => {
+        // `auto` was decided by `resolve_backends`; tract, which needs nothing, otherwise.
+        BackendKind::Cpu | BackendKind::Auto => {
             let settings = CpuSettings {
                 pages: group.pages.unwrap_or(DEFAULT_CPU_PAGES),
                 threads: group.cpu.threads,
@@ -285,5 +320,24 @@ fn log_prepared(registration: &Registration) {
             profile = if measured.reused { "stored" } else { "measured" },
             "model prepared"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `auto` whose library cannot load runs tract; other groups are left as they were.
+    #[test]
+    fn auto_without_onnx_runtime_runs_tract() {
+        let config = Config::parse(
+            "[[devices]]\nbackend = \"auto\"\ncount = 1\n[devices.ort]\n\
+             library = \"/nonexistent/libonnxruntime.so\"\n\
+             [[devices]]\nbackend = \"sim\"\nprofile = \"v100\"\n",
+        )
+        .unwrap();
+        let resolved = resolve_backends(&config);
+        let backends: Vec<BackendKind> = resolved.devices.iter().map(|g| g.backend).collect();
+        assert_eq!(backends, [BackendKind::Cpu, BackendKind::Sim]);
     }
 }

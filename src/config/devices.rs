@@ -19,13 +19,32 @@ pub enum BackendKind {
     /// Real ONNX inference with ONNX Runtime (loaded at run time) on a dedicated CPU
     /// thread, like `cpu`.
     Ort,
+    /// The faster real CPU runtime this machine has, chosen at start and logged: `ort`
+    /// when ONNX Runtime's library loads (`[devices.ort] library`, else
+    /// `ORT_DYLIB_PATH`), else `cpu` (tract, built in, needs nothing installed).
+    Auto,
 }
 
 impl BackendKind {
     /// Whether its devices are threads that each want a core of their own (counted by
     /// `count = "auto"` and pinned by the core plan).
     pub fn runs_on_cores(self) -> bool {
-        matches!(self, BackendKind::Cpu | BackendKind::Ort)
+        matches!(
+            self,
+            BackendKind::Cpu | BackendKind::Ort | BackendKind::Auto
+        )
+    }
+
+    /// The backend a group runs once `auto` is decided: `ort` where ONNX Runtime loads
+    /// (it runs the same graphs 2.6 to 5.5 times faster than tract on one core,
+    /// docs/EXPERIMENTS.md "ONNX Runtime against tract on CPU"), else `cpu`. Any other
+    /// backend is itself.
+    pub fn resolved(self, ort_loads: bool) -> BackendKind {
+        match self {
+            BackendKind::Auto if ort_loads => BackendKind::Ort,
+            BackendKind::Auto => BackendKind::Cpu,
+            other => other,
+        }
     }
 }
 
@@ -37,7 +56,7 @@ pub struct DeviceGroupConfig {
     /// Built-in device profile (`v100`, ...) giving the kind, pages and load bandwidth;
     /// required for `sim` devices.
     pub profile: Option<String>,
-    /// Number of devices in the group, or `"auto"` (cpu and ort groups only): one per core
+    /// Number of devices in the group, or `"auto"` (cpu, ort and auto groups only): one per core
     /// the front end does not keep (`server.front_end_cores`), at least one.
     #[serde(default)]
     pub count: DeviceCount,
@@ -47,10 +66,11 @@ pub struct DeviceGroupConfig {
     /// Emulation settings for `sim` devices.
     #[serde(default)]
     pub sim: SimConfig,
-    /// Settings of `cpu` devices.
+    /// Settings of `cpu` devices (and of `auto` ones that run tract).
     #[serde(default)]
     pub cpu: CpuConfig,
-    /// Settings of `ort` devices.
+    /// Settings of `ort` devices (and of `auto` ones: its `library` is the one `auto`
+    /// tries).
     #[serde(default)]
     pub ort: OrtConfig,
     /// Faults injected on purpose (any backend): for tests and soak runs, never for

@@ -339,7 +339,7 @@ impl Config {
         for group in &self.devices {
             if !group.backend.runs_on_cores() && group.count == DeviceCount::Auto {
                 return invalid(
-                    "devices: count = \"auto\" is for cpu and ort groups (one per core)",
+                    "devices: count = \"auto\" is for cpu, ort and auto groups (one per core)",
                 );
             }
             if group.backend == BackendKind::Sim && group.profile.is_none() {

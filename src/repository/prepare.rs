@@ -275,12 +275,14 @@ fn profiles(
     Ok((profiles, ort, refused))
 }
 
-/// The backends a model ONNX Runtime refused may use: those it allowed but `ort`; with
-/// none named, the other real one (an unnamed list keeps real graphs off emulated devices).
+/// The backends a model ONNX Runtime refused may use: those it allowed but `ort` (`auto`
+/// then means tract); with none named, the other real one (an unnamed list keeps real
+/// graphs off emulated devices).
 fn without_ort(backends: Option<Vec<BackendKind>>) -> Vec<BackendKind> {
     match backends {
         Some(list) => list
             .into_iter()
+            .map(|b| b.resolved(false))
             .filter(|&b| b != BackendKind::Ort)
             .collect(),
         None => vec![BackendKind::Cpu],
