@@ -270,3 +270,52 @@ async fn a_worker_behind_its_own_work_refuses_before_reading() {
     assert_eq!(refused, 1.0, "{metrics}");
     server.stop().await;
 }
+
+/// One request whose decoding took most of the objective (a body padded with megabytes of
+/// whitespace, as a stall of the front-end core would stretch any decoding) must not
+/// refuse the requests after it: the edge gives up on reading or decoding a request only
+/// when even the best recent decoding could not leave it time. Judged by the estimate
+/// (a high percentile of the window, which one outlier sets), the next requests were
+/// refused `reading` before any byte was awaited and, never decoded, never brought the
+/// estimate down: a second of refusals on the edge benchmark's JSON runs.
+#[actix_web::test]
+async fn one_slow_decoding_does_not_refuse_the_requests_after_it() {
+    let server = start().await;
+    warm(&server).await;
+    let ok = api_support::mlp_request(1.0);
+    for _ in 0..20 {
+        assert_eq!(
+            server.post_json(SLOW, &ok).await.0,
+            200,
+            "the usual decoding"
+        );
+    }
+    let mut padded = serde_json::to_vec(&ok).expect("json");
+    let slow = padded.split_off(1);
+    padded.resize(24 << 20, b' ');
+    padded.extend_from_slice(&slow);
+    let decoding = async |server: &api_support::TestServer| {
+        let metrics = String::from_utf8(server.get("/metrics").await.1).expect("text");
+        sum(
+            &metrics,
+            &["clockwork_front_seconds_sum", "phase=\"decode\""],
+        )
+    };
+    let before = decoding(&server).await;
+    let (status, _, _) = server.post_raw(SLOW, &[], padded).await;
+    let outlier = decoding(&server).await - before;
+    assert!(
+        outlier > 0.1,
+        "the padded body decoded in {outlier} s (answered {status}): it must take longer \
+         than the objective for this test to test anything"
+    );
+    for i in 0..5 {
+        let answer = server.post_json(SLOW, &ok).await;
+        assert_eq!(
+            answer.0, 200,
+            "request {i} after one that decoded in {outlier} s: {}",
+            answer.1
+        );
+    }
+    server.stop().await;
+}

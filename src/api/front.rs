@@ -205,6 +205,18 @@ impl<'a> Front<'a> {
         }
     }
 
+    /// When reading or waiting for a decoder has become hopeless: the deadline less the
+    /// best recent decoding, as the check before reading judges (`least`). Not the
+    /// estimate: one slow decoding (a stall of the front-end core) sets a high percentile
+    /// of the window, and the requests it then refused on the spot were never decoded, so
+    /// never brought it down; a second of refusals until it was forgotten (`tests/
+    /// api_edge.rs::one_slow_decoding_does_not_refuse_the_requests_after_it`). A request
+    /// whose decoding does take longer reaches the policy with less time, which judges it
+    /// then.
+    fn hopeless_after(&self) -> Nanos {
+        self.deadline.saturating_sub(self.outlook.least.decode)
+    }
+
     /// Reads the body from `started` (the caller's last clock reading, taken just
     /// before), giving up when the rest could no longer be done in time; answers it with
     /// the clock reading at its end.
@@ -214,7 +226,7 @@ impl<'a> Front<'a> {
         started: Nanos,
     ) -> Result<(web::Bytes, Nanos), ApiError> {
         let limit = self.state.settings.max_body_bytes;
-        let until = self.deadline.saturating_sub(self.outlook.expected.decode);
+        let until = self.hopeless_after();
         // A timer at the instant itself: no clock read for the slack (see `record`).
         let until = self.state.clock.instant(until);
         let read = tokio::time::timeout_at(until, body.to_bytes_limited(limit)).await;
@@ -238,7 +250,7 @@ impl<'a> Front<'a> {
         started: Nanos,
         job: impl FnOnce(&ModelSpec) -> Result<Decoded, ApiError> + Send + 'static,
     ) -> Result<Decoded, ApiError> {
-        let until = self.deadline.saturating_sub(self.outlook.expected.decode);
+        let until = self.hopeless_after();
         // From the clock reading just taken, not a new one.
         let clock = self.state.clock;
         let slack = clock
