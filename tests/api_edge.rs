@@ -273,8 +273,8 @@ async fn a_worker_behind_its_own_work_refuses_before_reading() {
 
 /// One request whose decoding took most of the objective (a body padded with megabytes of
 /// whitespace, as a stall of the front-end core would stretch any decoding) must not
-/// refuse the requests after it: the edge gives up on reading or decoding a request only
-/// when even the best recent decoding could not leave it time. Judged by the estimate
+/// refuse the requests after it: the edge gives up reading a request only when even the
+/// best recent decoding could not leave it time. Judged by the estimate
 /// (a high percentile of the window, which one outlier sets), the next requests were
 /// refused `reading` before any byte was awaited and, never decoded, never brought the
 /// estimate down: a second of refusals on the edge benchmark's JSON runs.

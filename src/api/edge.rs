@@ -265,10 +265,10 @@ impl FrontTimes {
         throttles.entry(key.clone()).or_default().refused(now);
     }
 
-    /// The best case of each phase in the window: what the pre-read check, and the cut-offs
-    /// of reading and of waiting for a decoder, assume, so that they refuse only requests
-    /// that are hopeless even if the front end is as quick as it has recently been (one
-    /// slow read or decoding must not refuse the next hundred requests).
+    /// The best case of each phase in the window: what the pre-read check and the cut-off
+    /// of reading assume, so that they refuse only requests that are hopeless even if the
+    /// front end is as quick as it has recently been (one slow read or decoding must not
+    /// refuse the next hundred requests).
     pub fn least(&self, key: &FrontKey, now: Nanos) -> Expected {
         self.outlook(key, now).least
     }

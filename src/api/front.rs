@@ -205,14 +205,15 @@ impl<'a> Front<'a> {
         }
     }
 
-    /// When reading or waiting for a decoder has become hopeless: the deadline less the
-    /// best recent decoding, as the check before reading judges (`least`). Not the
-    /// estimate: one slow decoding (a stall of the front-end core) sets a high percentile
-    /// of the window, and the requests it then refused on the spot were never decoded, so
-    /// never brought it down; a second of refusals until it was forgotten (`tests/
-    /// api_edge.rs::one_slow_decoding_does_not_refuse_the_requests_after_it`). A request
-    /// whose decoding does take longer reaches the policy with less time, which judges it
-    /// then.
+    /// When reading has become hopeless: the deadline less the best recent decoding, as
+    /// the check before reading judges (`least`). Not the estimate: one slow decoding (a
+    /// stall of the front-end core) sets a high percentile of the window, and the
+    /// requests it then refused on the spot were never decoded, so never brought it
+    /// down; a second of refusals until it was forgotten (`tests/api_edge.rs::
+    /// one_slow_decoding_does_not_refuse_the_requests_after_it`). A request whose
+    /// decoding does take longer reaches the policy with less time, which judges it then.
+    /// Waiting for a decoder keeps the estimate (`decode`): there is no wait while a
+    /// decoder is free, and under overload a decoder's time is what the requests contest.
     fn hopeless_after(&self) -> Nanos {
         self.deadline.saturating_sub(self.outlook.least.decode)
     }
@@ -250,7 +251,7 @@ impl<'a> Front<'a> {
         started: Nanos,
         job: impl FnOnce(&ModelSpec) -> Result<Decoded, ApiError> + Send + 'static,
     ) -> Result<Decoded, ApiError> {
-        let until = self.hopeless_after();
+        let until = self.deadline.saturating_sub(self.outlook.expected.decode);
         // From the clock reading just taken, not a new one.
         let clock = self.state.clock;
         let slack = clock
