@@ -25,7 +25,7 @@ use clockwork::model::{DataType, ModelId};
 use clockwork::repository::{prepare, zoo, PrepareSettings, Registration, Repository};
 use clockwork::tensor::Tensor;
 use cpu_support::reference::{data_root, put, repo_name, CONVERTED, LIGHT};
-use cpu_support::{assert_close, config, values, TempDir, SLACK_SLO_MS};
+use cpu_support::{assert_close, config, start, values, TempDir, SLACK_SLO_MS};
 use serde_json::json;
 
 /// Reference models tract serves and ONNX Runtime refuses at registration (operators of
@@ -189,6 +189,43 @@ fn ort_equals_tract_on_the_reference_models() {
         refused, ORT_REFUSED,
         "refused by ONNX Runtime at registration"
     );
+}
+
+/// On a server whose only devices run ONNX Runtime (as `auto` chooses where the library
+/// loads), a model it refuses is refused at start with ONNX Runtime's reason and the fix,
+/// and the others are served.
+#[actix_web::test]
+async fn a_model_onnx_runtime_refuses_with_no_tract_device_is_refused_with_the_fix() {
+    if !installed("a_model_onnx_runtime_refuses_with_no_tract_device_is_refused_with_the_fix") {
+        return;
+    }
+    let root = TempDir::new("ort-only");
+    let case = CONVERTED
+        .iter()
+        .find(|c| repo_name(c) == ORT_REFUSED[0])
+        .expect("a model ONNX Runtime refuses");
+    put(
+        root.path(),
+        ORT_REFUSED[0],
+        &data_root().join(case).join("model.onnx"),
+    );
+    zoo::write_missing(root.path()).unwrap();
+    let text =
+        config(root.path(), 1, 64, 16 << 20).replace("backend = \"cpu\"", "backend = \"ort\"");
+    let runtime = start(&text);
+    let reason = runtime
+        .refused
+        .iter()
+        .find(|(name, _)| name == ORT_REFUSED[0])
+        .map(|(_, reason)| reason.clone())
+        .unwrap_or_else(|| panic!("refused: {:?}", runtime.refused));
+    assert!(reason.contains("ONNX Runtime refuses it"), "{reason}");
+    assert!(reason.contains("backend = \"cpu\""), "{reason}");
+    assert!(
+        runtime.models.iter().any(|m| m.name == "mlp"),
+        "the zoo is served"
+    );
+    runtime.shutdown().await;
 }
 
 #[test]

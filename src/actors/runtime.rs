@@ -70,6 +70,10 @@ pub(super) struct ModelEntry {
     /// A repository model that cannot be served is refused alone (the runtime starts
     /// without it); any other model that cannot be served stops the start.
     pub refusable: bool,
+    /// Why ONNX Runtime refused the model at registration, if it did: said with a
+    /// refusal for want of a device (where `auto` chose ONNX Runtime, no tract device is
+    /// left to serve it).
+    pub ort_refused: Option<String>,
 }
 
 /// Collects models and devices, then starts the actors.
@@ -171,6 +175,7 @@ impl RuntimeBuilder {
         self.models.push(ModelEntry {
             candidate: Candidate::spec_only(spec),
             refusable: false,
+            ort_refused: None,
         });
         self
     }
@@ -187,6 +192,7 @@ impl RuntimeBuilder {
                 backends: registration.backends,
             },
             refusable: true,
+            ort_refused: registration.ort_refused,
         });
         self
     }
@@ -371,8 +377,9 @@ impl RuntimeBuilder {
                 Err(error @ (RegisterError::Duplicate(_) | RegisterError::Ineligible(_)))
                     if entry.refusable =>
                 {
+                    let error = refusal(&error, entry.ort_refused.as_deref());
                     tracing::error!(model = %name, %error, "model refused");
-                    self.refused.push((name, error.to_string()));
+                    self.refused.push((name, error));
                 }
                 Err(error) => return Err(error.into()),
             }
@@ -462,4 +469,16 @@ fn arbiter_on(core: Option<crate::cores::Core>, what: &'static str) -> Arbiter {
     let arbiter = Arbiter::new();
     arbiter.spawn_fn(move || crate::cores::enter(core, what));
     arbiter
+}
+
+/// Why a repository model is refused, said so that its user can fix it: a model ONNX
+/// Runtime refused that no device can serve needs a tract device.
+fn refusal(error: &RegisterError, ort_refused: Option<&str>) -> String {
+    match (error, ort_refused) {
+        (RegisterError::Ineligible(IneligibleModel::NoDevice { .. }), Some(why)) => format!(
+            "{error}; ONNX Runtime refuses it ({why}) and no tract device is configured: add \
+             a [[devices]] group with backend = \"cpu\" to serve it"
+        ),
+        _ => error.to_string(),
+    }
 }
