@@ -210,15 +210,11 @@ fn executors_share_their_devices_cores(pid: u32, log: &[String]) {
     // The allowed cores of each thread whose name `named` accepts, sorted.
     let allowed = |named: &dyn Fn(&str) -> bool| -> Vec<String> {
         let mut found = Vec::new();
-        for task in std::fs::read_dir(format!("/proc/{pid}/task"))
-            .unwrap()
-            .flatten()
-        {
-            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-            if !named(comm.trim_end()) {
+        for (name, task) in threads(pid) {
+            if !named(&name) {
                 continue;
             }
-            let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+            let status = std::fs::read_to_string(task.join("status")).unwrap_or_default();
             let list = status
                 .lines()
                 .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
@@ -241,6 +237,18 @@ fn executors_share_their_devices_cores(pid: u32, log: &[String]) {
     );
 }
 
+/// Each thread of process `pid`: its name and its `/proc` directory.
+fn threads(pid: u32) -> Vec<(String, std::path::PathBuf)> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .map(|task| {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            (comm.trim_end().to_owned(), task.path())
+        })
+        .collect()
+}
+
 /// `backend = "auto"` runs ONNX Runtime where its library is named (`ORT_DYLIB_PATH`, as
 /// CI sets it), tract elsewhere, and says so: read from the device threads' names.
 fn auto_chose_the_runtime_found(pid: u32, log: &[String]) {
@@ -254,12 +262,7 @@ fn auto_chose_the_runtime_found(pid: u32, log: &[String]) {
         log.iter().any(|line| line.contains(said)),
         "the start-up log says `auto` {said}: {log:?}"
     );
-    let names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .flatten()
-        .map(|t| std::fs::read_to_string(t.path().join("comm")).unwrap_or_default())
-        .map(|name| name.trim_end().to_owned())
-        .collect();
+    let names: Vec<String> = threads(pid).into_iter().map(|(name, _)| name).collect();
     assert!(
         names.iter().any(|n| n == thread),
         "a thread {thread}: {names:?}"

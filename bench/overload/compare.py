@@ -52,8 +52,10 @@ def column(path):
     threads = during["server_cpu_by_thread"]
     # The devices' threads, and the rest: HTTP workers, controller, executors (named
     # threads since the executor moved to its device's core; before, all "actix-rt|system").
-    devices = threads.get("cpu-device-N", 0)
-    others = {k: v for k, v in threads.items() if k != "cpu-device-N" and v >= 0.05}
+    # tract's or ONNX Runtime's device threads (`backend = "auto"` runs either).
+    device_threads = ("cpu-device-N", "ort-device-N")
+    devices = round(sum(threads.get(k, 0) for k in device_threads), 2)
+    others = {k: v for k, v in threads.items() if k not in device_threads and v >= 0.05}
     rest = sum(others.values())
     timing = server_timing(text)
     unreachable = timing["refusals"].get("deadline_unreachable", {})

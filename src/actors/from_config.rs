@@ -36,7 +36,7 @@ impl RuntimeBuilder {
         if config.cluster.listen.is_some() {
             builder = builder.open_to_workers();
         }
-        let (devices, cores) = devices_from_config(clock, config)?;
+        let (devices, cores) = devices_of(clock, config)?;
         for (kind, backend) in devices {
             builder = builder.configured_device(Some(kind), backend);
         }
@@ -128,7 +128,14 @@ pub fn devices_from_config(
     clock: Clock,
     config: &Config,
 ) -> Result<(Vec<ConfiguredDevice>, Option<CorePlan>), StartError> {
-    let config = &resolve_backends(config);
+    devices_of(clock, &resolve_backends(config))
+}
+
+/// [`devices_from_config`] of a configuration whose `auto` groups are decided.
+fn devices_of(
+    clock: Clock,
+    config: &Config,
+) -> Result<(Vec<ConfiguredDevice>, Option<CorePlan>), StartError> {
     let cores = core_plan(config);
     let mut devices = Vec::new();
     let mut cpu_devices = 0;
@@ -170,20 +177,21 @@ pub fn resolve_backends(config: &Config) -> Config {
         let configured = group.ort.library.as_deref();
         let loaded = ort::library::environment(configured);
         group.backend = BackendKind::Auto.resolved(loaded.is_ok());
-        match loaded {
-            Ok(_) if group.backend == BackendKind::Ort => {
+        // Said from the decision, so that the log cannot disagree with what runs.
+        let error = loaded.err().map(|e| e.to_string()).unwrap_or_default();
+        match group.backend {
+            BackendKind::Ort => {
                 let library = ort::library::resolve(configured)
                     .map(|p| p.display().to_string())
                     .unwrap_or_default();
                 tracing::info!(%library, "devices: backend \"auto\" runs ONNX Runtime (ort)");
             }
             // A library the group names was asked for: its failure is worth a warning.
-            Err(error) if configured.is_some() => tracing::warn!(
+            _ if configured.is_some() => tracing::warn!(
                 %error,
                 "devices: backend \"auto\" runs tract (cpu), the library named not loading"
             ),
-            Ok(_) => tracing::info!("devices: backend \"auto\" runs tract (cpu)"),
-            Err(error) => tracing::info!(
+            _ => tracing::info!(
                 %error,
                 "devices: backend \"auto\" runs tract (cpu), ONNX Runtime being unavailable"
             ),
