@@ -3,10 +3,14 @@
 each run's client-side goodput with its late answers (those the server held past the
 objective in brackets) and refusals; then each run's capacity, its answers refused at
 the deadline (`overran`, from the server's metrics) and whether perf_analyzer completed.
+Runs of `run.sh --perf-analyzer-runs N` (perf_analyzer alone, N times) are compared by
+how many of their perf_analyzer runs completed, and what stopped the others.
 
     bench/edge/compare.py NAME=DIR [NAME=DIR ...]
 """
+import glob
 import json
+import os
 import re
 import sys
 
@@ -28,6 +32,11 @@ def perf_analyzer(out):
         text = open(f"{out}/perf_analyzer.log").read()
     except OSError:
         return "-"
+    return perf_analyzer_result(text)
+
+
+def perf_analyzer_result(text):
+    """What one perf_analyzer log says: completed, or where and on what it stopped."""
     errors = text.count("had error")
     if "Inferences/Second vs." in text:
         # It measured every concurrency; errors are then only printed at its exit.
@@ -38,11 +47,33 @@ def perf_analyzer(out):
         # Neither its summary nor an error: perf_analyzer is still running (a table
         # made while the bench goes on), or it was killed.
         return f"unfinished at {at}"
-    return f"failed at {at}"
+    # The server's answer it stopped on, without its advice ("; retry after 1 s").
+    stopped = re.search(r"had error: ([^;\n]*)", text)
+    return f"failed at {at}" + (f" ({stopped.group(1)})" if stopped else "")
+
+
+def perf_analyzer_runs(out):
+    """Each perf_analyzer run of a `--perf-analyzer-runs` directory, in order."""
+    logs = glob.glob(f"{out}/perf_analyzer-*.log")
+    logs.sort(key=lambda p: int(re.search(r"-(\d+)\.log$", p).group(1)))
+    return [perf_analyzer_result(open(p).read()) for p in logs]
+
+
+def print_perf_analyzer_runs(runs):
+    print("| run | perf_analyzer c1-4 runs | completed | the others |")
+    print("| --- | --- | --- | --- |")
+    for name, out in runs:
+        results = perf_analyzer_runs(out)
+        done = sum(r.startswith("completed") for r in results)
+        others = "; ".join(r for r in results if not r.startswith("completed")) or "-"
+        print(f"| {name} | {len(results)} | {done} | {others} |")
 
 
 def main():
     runs = [arg.split("=", 1) for arg in sys.argv[1:]]
+    if all(not os.path.exists(f"{out}/json-0.25.json") for _, out in runs):
+        print_perf_analyzer_runs(runs)
+        return
     names = " | ".join(name for name, _ in runs)
     print(f"| body | load | {names} |")
     print("| --- | --- |" + " --- |" * len(runs))

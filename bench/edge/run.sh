@@ -5,7 +5,7 @@
 #
 #   bench/edge/run.sh [--bin PATH] [--config FILE] [--devices N|auto] [--backend cpu|ort|auto]
 #                     [--duration S] [--out DIR] [--client-cores front|any|LIST] [--trace]
-#                     [--capacity R]
+#                     [--capacity R] [--perf-analyzer-runs N]
 #
 # --capacity R: the loads are multiples of R answers/s instead of the capacity measured
 # (still measured and printed): two builds or settings compared at the same rates, where
@@ -25,6 +25,11 @@
 # default's `auto` runs ONNX Runtime where ORT_DYLIB_PATH names its library, else tract:
 # the server's line saying which is printed).
 #
+# --perf-analyzer-runs N: after the warm-up, only perf_analyzer (concurrency 1 to 4), N
+# times back to back, one line each (whether it completed, its throughput at 4), then a
+# count: its completing is one of issue 11's targets, and one run says little on a host
+# whose stalls come and go.
+#
 # Prints a markdown table (client-side goodput, late, refused, p50/p99, refusal p99) for
 # 0.25x .. 2x of the measured capacity, JSON and binary bodies, and whether perf_analyzer
 # completed. Always stops the server.
@@ -41,6 +46,7 @@ backend=""
 client_cores=front
 trace=0
 fixed_capacity=""
+pa_runs=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bin=$2; shift 2 ;;
@@ -52,6 +58,7 @@ while [ $# -gt 0 ]; do
         --client-cores) client_cores=$2; shift 2 ;;
         --trace) trace=1; shift ;;
         --capacity) fixed_capacity=$2; shift 2 ;;
+        --perf-analyzer-runs) pa_runs=$2; shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -129,6 +136,36 @@ client() { "${pin[@]}" "$py" bench/edge/client.py --url "$url" --model squeezene
 client --until-ok --duration 60 --format binary --out "$out/warmup.json" > /dev/null
 "$py" -c "import json; r=json.load(open('$out/warmup.json')); print(f'warm-up: {r[\"offered\"]} request(s) until the first answer, refused {r[\"refused_by_type\"]}')"
 
+# Triton's own load tool at concurrency 1 to 4 into LOG: does it complete without an
+# error? Prints one line saying so; answers perf_analyzer's exit status.
+pa=${PERF_ANALYZER:-/work/shared/tools/perf_analyzer}
+perf_analyzer() {
+    local log=$1 rc
+    set +e
+    timeout 300 "${pin[@]}" "$pa" -m squeezenet -u "127.0.0.1:$port" -i http --concurrency-range 1:4 \
+        --measurement-interval 3000 --stability-percentage 50 > "$log" 2>&1
+    rc=$?
+    set -e
+    if [ $rc -eq 0 ]; then
+        echo "perf_analyzer (concurrency 1:4): completed; $(grep -E '^Concurrency: 4' "$log" || true)"
+    else
+        echo "perf_analyzer (concurrency 1:4): FAILED (exit $rc): $(grep -m1 -iE 'had error|error' "$log" || tail -1 "$log")"
+    fi
+    return $rc
+}
+
+if [ "$pa_runs" -gt 0 ]; then
+    [ -x "$pa" ] || { echo "perf_analyzer not found at $pa" >&2; exit 1; }
+    failed=0
+    for i in $(seq 1 "$pa_runs"); do
+        echo -n "run $i: "
+        perf_analyzer "$out/perf_analyzer-$i.log" || failed=$((failed + 1))
+    done
+    echo "perf_analyzer failed in $failed of $pa_runs runs"
+    echo "results: $out"
+    exit 0
+fi
+
 # Capacity: what the server answers per second, back to back, binary bodies, with one
 # client more than there are cores.
 clients=$(( $(nproc) + 1 ))
@@ -159,20 +196,10 @@ done
 echo
 "$py" "$(dirname "$0")/table.py" "$out"
 
-# Triton's own load tool at concurrency 1 to 4: does it complete without an error?
-pa=${PERF_ANALYZER:-/work/shared/tools/perf_analyzer}
 if [ -x "$pa" ]; then
-    set +e
-    timeout 300 "${pin[@]}" "$pa" -m squeezenet -u "127.0.0.1:$port" -i http --concurrency-range 1:4 \
-        --measurement-interval 3000 --stability-percentage 50 > "$out/perf_analyzer.log" 2>&1
-    rc=$?
-    set -e
-    if [ $rc -eq 0 ]; then
-        echo -e "\nperf_analyzer (concurrency 1:4): completed"
+    echo
+    if perf_analyzer "$out/perf_analyzer.log"; then
         grep -E "^Concurrency:" "$out/perf_analyzer.log" || true
-    else
-        echo -e "\nperf_analyzer (concurrency 1:4): FAILED (exit $rc):"
-        grep -iE "error|fail|thread" "$out/perf_analyzer.log" | head -5 || tail -5 "$out/perf_analyzer.log"
     fi
 else
     echo "perf_analyzer not found at $pa: skipped"
