@@ -207,6 +207,28 @@ pub struct Outlook {
     pub expected: Expected,
     /// Each phase's best case in the window ([`FrontTimes::least`]).
     pub least: Expected,
+    /// Each phase's slowest time in the window but one (`Estimator::runner_up`): as
+    /// high as the estimate (the window's p99) when the front end is slow for a while,
+    /// but not set by one stall.
+    pub but_one: Expected,
+}
+
+impl Outlook {
+    /// The latest a request due at `deadline` may still start its decoding: after a
+    /// decoding as slow as the slowest recent ones but one, the model's fastest run
+    /// (`single`, its batch-1 estimate) must fit. Waiting for a decoder past it is
+    /// hopeless.
+    ///
+    /// Not the estimate (the window's p99, its largest): one slow decoding (a stall of
+    /// the front-end core) set it for the next hundred, and every request that then
+    /// found the decoder busy at all was refused (`decoding`, in bursts, at a quarter of
+    /// capacity; the same cascade as reading's, `Front::hopeless_after`). Nothing lower
+    /// either: with a typical decoding (the mean, the 90th percentile) or the best one,
+    /// requests past capacity waited longer, were decoded and then answered late or
+    /// refused (docs/EXPERIMENTS.md, "One stall, one slow decoding").
+    pub fn decode_start_by(&self, deadline: Nanos, single: Nanos) -> Nanos {
+        deadline.saturating_sub(self.but_one.decode.saturating_add(single))
+    }
 }
 
 impl Learned {
@@ -290,6 +312,7 @@ impl FrontTimes {
         Outlook {
             expected: m.each_phase(Estimator::get),
             least: m.each_phase(Estimator::least),
+            but_one: m.each_phase(Estimator::runner_up),
         }
     }
 }
@@ -347,6 +370,31 @@ mod tests {
         assert_eq!((outlook.expected.wait, outlook.expected.decode), (3, 8));
         assert_eq!(outlook.least, outlook.expected, "one measurement each");
         assert_eq!(outlook.expected.read, 0);
+    }
+
+    /// Mutation that breaks it: the cut-off from the estimate (the p99, which the one
+    /// slow decoding is), or without the model's run.
+    #[test]
+    fn one_slow_decoding_hardly_moves_the_wait_cut_off() {
+        const MS: Nanos = 1_000_000;
+        let times = FrontTimes::default();
+        for _ in 0..WINDOW - 1 {
+            times.observe(&M0, Phase::Decode, 4 * MS, 0);
+        }
+        times.observe(&M0, Phase::Decode, 200 * MS, 0);
+        let outlook = times.outlook(&M0, 0);
+        assert_eq!(outlook.expected.decode, 200 * MS, "the p99 is the outlier");
+        let by = outlook.decode_start_by(100 * MS, 7 * MS);
+        assert_eq!(by, 100 * MS - 4 * MS - 7 * MS);
+        assert_eq!(outlook.decode_start_by(5 * MS, 7 * MS), 0, "none left");
+        times.observe(&M0, Phase::Decode, 60 * MS, 0);
+        let outlook = times.outlook(&M0, 0);
+        let by = outlook.decode_start_by(100 * MS, 7 * MS);
+        assert_eq!(
+            by,
+            100 * MS - 60 * MS - 7 * MS,
+            "two slow ones: the front end is"
+        );
     }
 
     /// Mutation that breaks it: the reseed in `forget_if_stale` removed (the burst's times

@@ -212,8 +212,7 @@ impl<'a> Front<'a> {
     /// down; a second of refusals until it was forgotten (`tests/api_edge.rs::
     /// one_slow_decoding_does_not_refuse_the_requests_after_it`). A request whose
     /// decoding does take longer reaches the policy with less time, which judges it then.
-    /// Waiting for a decoder keeps the estimate (`decode`): there is no wait while a
-    /// decoder is free, and under overload a decoder's time is what the requests contest.
+    /// Waiting for a decoder has a cut-off of its own (`Outlook::decode_start_by`).
     fn hopeless_after(&self) -> Nanos {
         self.deadline.saturating_sub(self.outlook.least.decode)
     }
@@ -251,7 +250,9 @@ impl<'a> Front<'a> {
         started: Nanos,
         job: impl FnOnce(&ModelSpec) -> Result<Decoded, ApiError> + Send + 'static,
     ) -> Result<Decoded, ApiError> {
-        let until = self.deadline.saturating_sub(self.outlook.expected.decode);
+        let view = self.target.view().and_then(|m| self.state.admission.get(m));
+        let single = view.map_or(0, |v| v.single);
+        let until = self.outlook.decode_start_by(self.deadline, single);
         // From the clock reading just taken, not a new one.
         let clock = self.state.clock;
         let slack = clock

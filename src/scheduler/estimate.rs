@@ -105,6 +105,13 @@ impl Estimator {
         self.least
     }
 
+    /// The second largest value in the window (the only one while it holds one): a high
+    /// case that one outlier alone does not set.
+    pub fn runner_up(&self) -> Nanos {
+        let n = self.sorted.len();
+        self.sorted[n.saturating_sub(2)]
+    }
+
     /// Forgets every measurement and starts again from `seed`; answers whether it held
     /// measurements (a seed alone is left as it is).
     pub fn reseed(&mut self, seed: Nanos) -> bool {

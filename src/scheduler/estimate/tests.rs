@@ -163,3 +163,17 @@ fn percentile_picks_rank() {
     }
     assert_eq!(max.get(), 10, "p99 of 10 samples is their max");
 }
+
+/// Mutation that breaks it: `runner_up` answering the largest (or the estimate).
+#[test]
+fn the_runner_up_ignores_one_outlier_and_not_two() {
+    let mut e = Estimator::new(50, 100, 90.0);
+    assert_eq!(e.runner_up(), 50, "the seed");
+    for _ in 0..98 {
+        e.observe(4);
+    }
+    e.observe(200);
+    assert_eq!((e.get(), e.runner_up()), (4, 4), "one outlier");
+    e.observe(150);
+    assert_eq!(e.runner_up(), 150, "two");
+}
