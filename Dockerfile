@@ -23,7 +23,8 @@ RUN cargo build --release --locked --bin clockwork \
 
 # ONNX Runtime's shared library, so that `backend = "auto"` (the default configuration's)
 # serves on it rather than on tract: the `onnxruntime` wheel from PyPI, at the version
-# scripts/onnxruntime.sh pins for the `ort` crate's C API (change the three together).
+# scripts/onnxruntime.sh pins for the `ort` crate's C API (change the three together;
+# scripts/deploy_check.py fails while this one and the script's differ).
 FROM python:3.11-slim-bookworm AS onnxruntime
 ARG ONNXRUNTIME_VERSION=1.31.1
 RUN python -m pip install --quiet --disable-pip-version-check --no-deps \

@@ -5,7 +5,8 @@ pod labels; every Service selects pods and targets a port they declare; probes a
 Prometheus annotation use declared ports; the ports in the ConfigMap's controller.toml are
 the container ports; the worker's `--controller` names a Service and its port; every
 `--config` path is a key of the mounted ConfigMap; every claim exists; kustomization lists
-every manifest.
+every manifest. The image (`Dockerfile`, beside deploy/) installs the ONNX Runtime version
+scripts/onnxruntime.sh pins for the `ort` crate's API.
 
 Run checks (`--binary PATH`): the ConfigMap's controller.toml and worker.toml are started
 as they are (only the addresses moved to free loopback ports and the repository to a
@@ -239,6 +240,16 @@ def run_checks(binary, controller_text, worker_text, paths, scrape):
                 p.wait()
 
 
+def check_image(directory):
+    """The Dockerfile's ONNX Runtime is the version scripts/onnxruntime.sh pins."""
+    root = directory.resolve().parent.parent
+    pinned = re.search(r"^version=(\S+)$", (root / "scripts/onnxruntime.sh").read_text(), re.M)
+    image = re.search(r"^ARG ONNXRUNTIME_VERSION=(\S+)$", (root / "Dockerfile").read_text(), re.M)
+    check(pinned and image, "scripts/onnxruntime.sh or the Dockerfile names no ONNX Runtime version")
+    check(pinned.group(1) == image.group(1),
+          f"the Dockerfile installs ONNX Runtime {image.group(1)}, scripts/onnxruntime.sh pins {pinned.group(1)}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("directory", type=pathlib.Path)
@@ -249,7 +260,8 @@ def main():
         check_selectors(objects)
         check_services(objects)
         wiring = check_wiring(objects)
-        print(f"deploy: {len(objects)} objects wired consistently")
+        check_image(args.directory)
+        print(f"deploy: {len(objects)} objects wired consistently, the image's ONNX Runtime pinned")
         if args.binary:
             # The processes run in a temporary directory: the binary's path must not be relative.
             run_checks(str(pathlib.Path(args.binary).resolve()), *wiring)

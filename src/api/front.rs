@@ -21,7 +21,7 @@ use super::v2::AnswerParameters;
 use super::ApiState;
 use crate::actors::messages::{Edge, InferError, Inferred, Submit};
 use crate::model::{ModelId, ModelSpec};
-use crate::scheduler::view::{judge, Admission};
+use crate::scheduler::view::{judge, Admission, ModelView};
 use crate::tensor::Tensor;
 use crate::time::Nanos;
 
@@ -176,6 +176,11 @@ impl<'a> Front<'a> {
         self.state.metrics.front(&self.key, measured);
     }
 
+    /// The controller's last view of the model (a pipeline's first stage), as it is now.
+    fn view(&self) -> Option<ModelView> {
+        self.target.view().and_then(|m| self.state.admission.get(m))
+    }
+
     /// Refuses, from the controller's last view of the model (a pipeline's first stage),
     /// a request it cannot serve by the model's (the pipeline's) deadline; answers the
     /// clock reading it judged at, where reading the body starts.
@@ -183,7 +188,7 @@ impl<'a> Front<'a> {
         let now = self.state.clock.now();
         // The best recent times as read at arrival, microseconds ago.
         let e = self.outlook.least;
-        let view = self.target.view().and_then(|m| self.state.admission.get(m));
+        let view = self.view();
         // The decoders' backlog now, not only the best recent wait: a request behind a
         // queue of bodies it cannot pass in time is refused before its body is read.
         let wait = e.wait.max(self.state.decoders.least_wait());
@@ -250,8 +255,7 @@ impl<'a> Front<'a> {
         started: Nanos,
         job: impl FnOnce(&ModelSpec) -> Result<Decoded, ApiError> + Send + 'static,
     ) -> Result<Decoded, ApiError> {
-        let view = self.target.view().and_then(|m| self.state.admission.get(m));
-        let single = view.map_or(0, |v| v.single);
+        let single = self.view().map_or(0, |v| v.single);
         let until = self.outlook.decode_start_by(self.deadline, single);
         // From the clock reading just taken, not a new one.
         let clock = self.state.clock;
