@@ -15,7 +15,10 @@ allowance); at each multiple of the capacity.
 
 With --run DIR (a `run.sh --out DIR`): the service times are drawn from the run's own
 measured runs (`exec_ms` of its answers), at each body's and load's offered rate, beside
-the goodput the run measured. Two bounds: `clairvoyant` knows each run's time before it
+the goodput the run measured; and both again on the run's own arrivals (the schedule
+client.py drew from its seed, which its report holds: a seed's clusters are the same at
+every rate, in units of the mean gap) with run times drawn from the run's, averaged over
+20 draws. Two bounds: `clairvoyant` knows each run's time before it
 starts; `by p99` counts every request ahead of a newcomer at the 99th percentile of the
 run times (a policy that must not be late when a run is slow, as the server's is) and
 refuses at a request's start what that estimate says can no longer finish in time. Where
@@ -86,6 +89,32 @@ def by_estimate(stream, objective_s, estimate):
     return good / len(stream)
 
 
+def schedule(report):
+    """The arrival times client.py drew for `report` (its rate, seed, duration and cap on
+    requests), or None for a report without its seed."""
+    if report.get("seed") is None:
+        return None
+    rng = random.Random(report["seed"])
+    out = []
+    t = rng.expovariate(report["rate"])
+    while t < report["duration_s"] and len(out) < report["offered"]:
+        out.append(t)
+        t += rng.expovariate(report["rate"])
+    return out
+
+
+def on_schedule(times, runs, objective_s, p99, draws=20):
+    """Both bounds on the run's own arrivals, run times drawn from `runs`, averaged
+    over `draws` draws."""
+    rng = random.Random(1)
+    best = by_p99 = 0.0
+    for _ in range(draws):
+        stream = [(t, rng.choice(runs)) for t in times]
+        best += clairvoyant(stream, objective_s)
+        by_p99 += by_estimate(stream, objective_s, p99)
+    return best / draws, by_p99 / draws
+
+
 def measured_runs(run_dir):
     """Run times (s) of every answered request of the run."""
     runs = []
@@ -107,8 +136,9 @@ def from_run(run_dir, objective_s, n=100_000):
     print(f"run times: {len(runs)} measured, mean {mean * 1e3:.2f} ms, "
           f"p50 {runs[len(runs) // 2] * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms")
     print()
-    print("| body | load | rate/s | measured | clairvoyant | by p99 |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| body | load | rate/s | measured | clairvoyant | by p99 "
+          "| its arrivals: clairvoyant | its arrivals: by p99 |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for body in ("json", "binary"):
         for load in LOADS:
             path = os.path.join(run_dir, f"{body}-{load}.json")
@@ -118,9 +148,13 @@ def from_run(run_dir, objective_s, n=100_000):
                 report = json.load(f)
             rate = report["offered"] / report["duration_s"]
             stream = arrivals(rate, runs, n)
+            times = schedule(report)
+            own = "- | -"
+            if times:
+                own = "{:.4f} | {:.4f}".format(*on_schedule(times, runs, objective_s, p99))
             print(f"| {body} | {load}x | {rate:.1f} | {report['goodput']:.4f} | "
                   f"{clairvoyant(stream, objective_s):.4f} | "
-                  f"{by_estimate(stream, objective_s, p99):.4f} |")
+                  f"{by_estimate(stream, objective_s, p99):.4f} | {own} |")
 
 
 def main():

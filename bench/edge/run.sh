@@ -180,6 +180,9 @@ if [ -n "$fixed_capacity" ]; then
     capacity=$fixed_capacity
     echo "loads as multiples of $capacity answers/s (--capacity)"
 fi
+# The same pause before the first rate as before every other: without it the first rate
+# began within half a second of the saturating probe, on the front-end times it left.
+sleep 1
 
 for format in json binary; do
     for x in 0.25 0.5 0.8 1 1.5 2; do
