@@ -331,3 +331,66 @@ async fn one_slow_decoding_does_not_refuse_the_requests_after_it() {
     }
     server.stop().await;
 }
+
+/// Mutation that breaks it: the check before reading judging the view without the
+/// requests let through (`ModelView::behind` not applied), or a request dropped before
+/// the controller got it never released (`Drop for Front`).
+#[actix_web::test]
+async fn requests_still_being_read_count_ahead_of_the_next() {
+    // 100 ms a request and a 1 s objective: about nine fit ahead of a new one.
+    let server =
+        api_support::start_alone(api_support::unbatched_mlp("slow", 1000 * MS, 100 * MS)).await;
+    warm(&server).await;
+    let ok = api_support::mlp_request(1.0);
+    let body = serde_json::to_vec(&ok).expect("json");
+    let address = server.base.trim_start_matches("http://").to_owned();
+    let head = format!(
+        "POST {SLOW} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    // Twelve requests let through whose bodies stop after ten bytes: being read, not
+    // queued, invisible to the policy's projection.
+    let mut stalled = Vec::new();
+    for _ in 0..12 {
+        let mut stream = tokio::net::TcpStream::connect(&address)
+            .await
+            .expect("connect");
+        stream.write_all(head.as_bytes()).await.expect("head");
+        stream.write_all(&body[..10]).await.expect("some body");
+        stalled.push(stream);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let refused_before_reading = async |server: &api_support::TestServer| {
+        let metrics = String::from_utf8(server.get("/metrics").await.1).expect("text");
+        sum(
+            &metrics,
+            &["clockwork_edge_refusals", "stage=\"before_reading\""],
+        )
+    };
+    let before = refused_before_reading(&server).await;
+    let answer = server.post_json(SLOW, &ok).await;
+    assert_eq!(answer.0, 503, "behind twelve being read: {}", answer.1);
+    assert_eq!(
+        refused_before_reading(&server).await - before,
+        1.0,
+        "refused before its body was read"
+    );
+    // Their clients gone, they are ahead of no one: served again at once, well before
+    // the view grows stale (`STALE_AFTER`, 1 s), after which the edge leaves every
+    // request to the policy whatever it counts.
+    drop(stalled);
+    let mut status = 0;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        status = server.post_json(SLOW, &ok).await.0;
+        if status == 200 {
+            break;
+        }
+    }
+    assert_eq!(
+        status, 200,
+        "served again once the stalled uploads were gone"
+    );
+    server.stop().await;
+}

@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 
 use actix_web::dev::{Service, ServiceRequest, ServiceResponse};
@@ -178,6 +179,9 @@ pub struct FrontTimes {
     models: Mutex<HashMap<FrontKey, Learned>>,
     /// What the edge lets through before reading, against what is accepted after.
     throttles: Mutex<HashMap<FrontKey, Throttle>>,
+    /// Requests let through before reading that the controller has not got yet, per
+    /// model or pipeline (`ModelView::behind`); each request holds its count's handle.
+    pending: Mutex<HashMap<FrontKey, Arc<AtomicU32>>>,
 }
 
 /// One model's (or pipeline's) phases, and when one was last measured.
@@ -279,6 +283,13 @@ impl FrontTimes {
     pub fn shed(&self, key: &FrontKey, now: Nanos) -> bool {
         let mut throttles = self.throttles.lock().unwrap_or_else(|e| e.into_inner());
         throttles.entry(key.clone()).or_default().shed(now)
+    }
+
+    /// The count of `key`'s requests let through before reading and not yet handed to
+    /// the controller (or refused after all).
+    pub fn pending(&self, key: &FrontKey) -> Arc<AtomicU32> {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending.entry(key.clone()).or_default().clone()
     }
 
     /// A request of `key` let through before reading was refused after all, at `now`.

@@ -5,6 +5,7 @@
 //! pool), makes the one call (a [`Submit`] to the controller, or a pipeline's root) and
 //! waits for the answer no later than the deadline, learning each phase's time on the way.
 
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use actix_web::web;
@@ -101,6 +102,12 @@ pub(super) struct Front<'a> {
     deadline: Nanos,
     /// This HTTP worker's lag when the request arrived (`lag.rs`).
     lag: Nanos,
+    /// The count of the target's requests let through before reading that the
+    /// controller has not got yet (`FrontTimes::pending`): judged as queued ahead.
+    ahead: Arc<AtomicU32>,
+    /// Whether this request is one of them (from its admission before reading until it
+    /// is handed to the controller, or dropped: refused, or its client gone).
+    holding: AtomicBool,
 }
 
 impl<'a> Front<'a> {
@@ -112,6 +119,7 @@ impl<'a> Front<'a> {
         let deadline = arrival
             .saturating_add(target.spec().slo)
             .saturating_sub(outlook.expected.respond + lag);
+        let ahead = state.front.pending(&key);
         Self {
             state,
             target,
@@ -120,6 +128,22 @@ impl<'a> Front<'a> {
             outlook,
             deadline,
             lag,
+            ahead,
+            holding: AtomicBool::new(false),
+        }
+    }
+
+    /// Counts this request among those let through and not yet with the controller.
+    fn hold(&self) {
+        if !self.holding.swap(true, Ordering::Relaxed) {
+            self.ahead.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// No longer one of them: handed to the controller, or never will be.
+    fn release(&self) {
+        if self.holding.swap(false, Ordering::Relaxed) {
+            self.ahead.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -199,11 +223,16 @@ impl<'a> Front<'a> {
             // The front end alone cannot make it, whatever the devices' backlog.
             return Err(self.refuse(Stage::BeforeReading, self.lag));
         }
+        // Behind the requests already let through that the policy cannot see yet.
+        let view = view.map(|v| v.behind(self.ahead.load(Ordering::Relaxed), now));
         match judge(view.as_ref(), now, ahead, self.deadline) {
             Admission::Admit if self.state.front.shed(&self.key, now) => {
                 Err(self.refuse(Stage::Throttled, 0))
             }
-            Admission::Admit => Ok(now),
+            Admission::Admit => {
+                self.hold();
+                Ok(now)
+            }
             Admission::Refuse { retry_after } => {
                 Err(self.refuse(Stage::BeforeReading, retry_after))
             }
@@ -302,6 +331,8 @@ impl<'a> Front<'a> {
             reserve: self.outlook.expected.respond + self.lag,
         };
         let submitted = super::trace::enabled().then(|| self.state.clock.now());
+        // From here the controller has it (its view counts it after its next step).
+        self.release();
         let inputs = std::mem::take(&mut decoded.inputs);
         let (items, slo_asked) = (decoded.batched.items, decoded.slo);
         let call = async {
@@ -355,6 +386,14 @@ impl<'a> Front<'a> {
             took,
             exec,
         })
+    }
+}
+
+impl Drop for Front<'_> {
+    /// A request that never reached the controller (refused at reading or decoding, or
+    /// its client gone) is no longer ahead of anyone.
+    fn drop(&mut self) {
+        self.release();
     }
 }
 

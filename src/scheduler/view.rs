@@ -7,9 +7,10 @@
 //! after every step, and the front end asks [`judge`] with it. The view carries the
 //! policy's own projection of when one more request would finish behind the model's queue
 //! (the rule that refuses at arrival, `scheduler/clockwork/admit.rs`), so the edge refuses
-//! before reading what the policy would refuse after decoding. It leans towards admitting:
-//! it is compared with the objective itself, not the policy's tighter internal deadline,
-//! and requests still being read are not in the queue yet. Anything it lets through is
+//! before reading what the policy would refuse after decoding; the requests the edge let
+//! through and the policy has not got yet (being read or decoded) count ahead of a new one
+//! ([`ModelView::behind`]). It leans towards admitting: it is compared with the objective
+//! itself, not the policy's tighter internal deadline. Anything it lets through is
 //! decided again by the policy, so an optimistic view costs some decoding, never a late
 //! answer; a pessimistic one would turn servable requests away.
 
@@ -58,6 +59,24 @@ pub enum Admission {
 pub const STALE_AFTER: Nanos = SECOND;
 
 impl ModelView {
+    /// The view at `now` with `requests` more ahead of the next one: requests the edge
+    /// let through that the policy has not got yet (being read or decoded), each of one
+    /// item at the model's device time per item, shared by its replicas. They run after
+    /// the queue, and after `now` (the view may be older than they are). The policy's
+    /// projection cannot see them; without them, under overload, the edge let through
+    /// many times what the queue could take, and their bodies were read and decoded to be
+    /// refused.
+    pub fn behind(mut self, requests: u32, now: Nanos) -> Self {
+        if requests == 0 {
+            return self;
+        }
+        let work =
+            u64::from(requests).saturating_mul(self.per_item) / u64::from(self.replicas.max(1));
+        let after = self.finish.max(now.saturating_add(self.single));
+        self.finish = after.saturating_add(work);
+        self
+    }
+
     /// Soonest the request could finish if it is ready to run at `ready` (after its own
     /// front-end work): behind the queue, and never sooner than one batch-1 run.
     pub fn soonest_finish(&self, ready: Nanos) -> Option<Nanos> {
@@ -162,6 +181,24 @@ mod tests {
             judge(Some(&old), STALE_AFTER - 1, 0, STALE_AFTER),
             Admission::Refuse { .. }
         ));
+    }
+
+    /// Mutation that breaks it: `behind` leaving the view as it is, not sharing the work
+    /// between replicas, or adding it to a view's finish that is already past.
+    #[test]
+    fn requests_let_through_count_ahead_of_the_next() {
+        let v = view(10 * MS); // one item costs 1 ms, a batch-1 run 2 ms
+        assert_eq!(v.behind(0, 0), v);
+        assert_eq!(v.behind(4, 0).finish, 14 * MS);
+        let two = ModelView { replicas: 2, ..v };
+        assert_eq!(two.behind(4, 0).finish, 12 * MS, "two replicas share them");
+        assert_eq!(judge(Some(&v), 0, 0, 12 * MS), Admission::Admit);
+        assert!(matches!(
+            judge(Some(&v.behind(4, 0)), 0, 0, 12 * MS),
+            Admission::Refuse { .. }
+        ));
+        // A view taken 50 ms ago of a queue that has drained since: they run from now.
+        assert_eq!(v.behind(4, 50 * MS).finish, 56 * MS);
     }
 
     #[test]
