@@ -33,6 +33,12 @@ async fn warm(server: &api_support::TestServer) {
     panic!("the model never became servable");
 }
 
+/// The server's metric summed as [`sum`] does, read from `/metrics` now.
+async fn metric(server: &api_support::TestServer, parts: &[&str]) -> f64 {
+    let metrics = String::from_utf8(server.get("/metrics").await.1).expect("text");
+    sum(&metrics, parts)
+}
+
 /// A metric's value summed over the series whose line contains every one of `parts`.
 fn sum(text: &str, parts: &[&str]) -> f64 {
     text.lines()
@@ -306,13 +312,8 @@ async fn one_slow_decoding_does_not_refuse_the_requests_after_it() {
     let slow = padded.split_off(1);
     padded.resize(24 << 20, b' ');
     padded.extend_from_slice(&slow);
-    let decoding = async |server: &api_support::TestServer| {
-        let metrics = String::from_utf8(server.get("/metrics").await.1).expect("text");
-        sum(
-            &metrics,
-            &["clockwork_front_seconds_sum", "phase=\"decode\""],
-        )
-    };
+    const DECODING: [&str; 2] = ["clockwork_front_seconds_sum", "phase=\"decode\""];
+    let decoding = async |server: &api_support::TestServer| metric(server, &DECODING).await;
     let before = decoding(&server).await;
     let (status, _, _) = server.post_raw(SLOW, &[], padded).await;
     let outlier = decoding(&server).await - before;
@@ -361,13 +362,9 @@ async fn requests_still_being_read_count_ahead_of_the_next() {
         stalled.push(stream);
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let refused_before_reading = async |server: &api_support::TestServer| {
-        let metrics = String::from_utf8(server.get("/metrics").await.1).expect("text");
-        sum(
-            &metrics,
-            &["clockwork_edge_refusals", "stage=\"before_reading\""],
-        )
-    };
+    const BEFORE_READING: [&str; 2] = ["clockwork_edge_refusals", "stage=\"before_reading\""];
+    let refused_before_reading =
+        async |server: &api_support::TestServer| metric(server, &BEFORE_READING).await;
     let before = refused_before_reading(&server).await;
     let answer = server.post_json(SLOW, &ok).await;
     assert_eq!(answer.0, 503, "behind twelve being read: {}", answer.1);
