@@ -313,10 +313,9 @@ async fn one_slow_decoding_does_not_refuse_the_requests_after_it() {
     padded.resize(24 << 20, b' ');
     padded.extend_from_slice(&slow);
     const DECODING: [&str; 2] = ["clockwork_front_seconds_sum", "phase=\"decode\""];
-    let decoding = async |server: &api_support::TestServer| metric(server, &DECODING).await;
-    let before = decoding(&server).await;
+    let before = metric(&server, &DECODING).await;
     let (status, _, _) = server.post_raw(SLOW, &[], padded).await;
-    let outlier = decoding(&server).await - before;
+    let outlier = metric(&server, &DECODING).await - before;
     assert!(
         outlier > 0.1,
         "the padded body decoded in {outlier} s (answered {status}): it must take longer \
@@ -363,13 +362,11 @@ async fn requests_still_being_read_count_ahead_of_the_next() {
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
     const BEFORE_READING: [&str; 2] = ["clockwork_edge_refusals", "stage=\"before_reading\""];
-    let refused_before_reading =
-        async |server: &api_support::TestServer| metric(server, &BEFORE_READING).await;
-    let before = refused_before_reading(&server).await;
+    let before = metric(&server, &BEFORE_READING).await;
     let answer = server.post_json(SLOW, &ok).await;
     assert_eq!(answer.0, 503, "behind twelve being read: {}", answer.1);
     assert_eq!(
-        refused_before_reading(&server).await - before,
+        metric(&server, &BEFORE_READING).await - before,
         1.0,
         "refused before its body was read"
     );

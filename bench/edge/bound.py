@@ -31,6 +31,8 @@ import json
 import os
 import random
 
+from arrivals import arrival_times
+
 LOADS = ("0.25", "0.5", "0.8", "1", "1.5", "2")
 
 
@@ -94,13 +96,7 @@ def schedule(report):
     requests), or None for a report without its seed."""
     if report.get("seed") is None:
         return None
-    rng = random.Random(report["seed"])
-    out = []
-    t = rng.expovariate(report["rate"])
-    while t < report["duration_s"] and len(out) < report["offered"]:
-        out.append(t)
-        t += rng.expovariate(report["rate"])
-    return out
+    return arrival_times(report["rate"], report["seed"], report["duration_s"], report["offered"])
 
 
 def on_schedule(times, runs, objective_s, p99, draws=20):

@@ -18,13 +18,14 @@ to the moment the whole answer is read. Printed as JSON:
 import argparse
 import asyncio
 import json
-import random
 import sys
 import time
 from urllib.parse import urlparse
 
 import aiohttp
 import numpy as np
+
+from arrivals import arrival_times
 
 # A refusal is the server saying "not now" (503 or 429), whatever error_type it names;
 # any other non-200 status is an error.
@@ -190,11 +191,10 @@ async def run(args):
             return await closed_loop(args, session, url, body, headers, tally)
         await warm_up(session, base, url, body, headers, args.warm_connections)
         tally.start = time.perf_counter()
-        rng = random.Random(args.seed)
+        schedule = arrival_times(args.rate, args.seed, args.duration, args.max_requests)
         tasks = set()
         start = time.perf_counter()
-        next_at = rng.expovariate(args.rate)
-        while next_at < args.duration and tally.offered < args.max_requests:
+        for next_at in schedule:
             delay = start + next_at - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -205,7 +205,6 @@ async def run(args):
                 task = asyncio.create_task(one(session, url, body, headers, tally))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
-            next_at += rng.expovariate(args.rate)
         unanswered = 0
         if tasks:
             _, pending = await asyncio.wait(set(tasks), timeout=args.request_timeout)
