@@ -2,7 +2,10 @@
 """Several edge runs side by side (an A/B of builds or configurations): per body and load,
 each run's client-side goodput with its late answers (those the server held past the
 objective in brackets) and refusals; then each run's capacity, its answers refused at
-the deadline (`overran`, from the server's metrics) and whether perf_analyzer completed.
+the deadline (`overran`, from the server's metrics) and whether perf_analyzer completed;
+then, for runs that kept the server's CPU per rate (`cpu-<body>-<x>.json`), each rate's
+answers in time per second and the CPU of the front-end core per request offered: the
+server's HTTP worker, its decoders, and the client.
 Runs of `run.sh --perf-analyzer-runs N` (perf_analyzer alone, N times) are compared by
 how many of their perf_analyzer runs completed, and what stopped the others.
 
@@ -74,23 +77,51 @@ def main():
     if all(not os.path.exists(f"{out}/json-0.25.json") for _, out in runs):
         print_perf_analyzer_runs(runs)
         return
-    names = " | ".join(name for name, _ in runs)
-    print(f"| body | load | {names} |")
-    print("| --- | --- |" + " --- |" * len(runs))
-    for fmt in ("json", "binary"):
-        for x in LOADS:
-            cells = []
-            for _, out in runs:
-                r = json.load(open(f"{out}/{fmt}-{x}.json"))
-                late = f"{r['late']} ({r.get('late_in_server', '-')})"
-                cells.append(f"{r['goodput']:.3f}, late {late}, refused {r['refused']}")
-            print(f"| {fmt} | {x}x | " + " | ".join(cells) + " |")
+    print_by_rate(runs, outcome)
     print()
     print("| run | capacity/s | overran | perf_analyzer c1-4 |")
     print("| --- | --- | --- | --- |")
     for name, out in runs:
         capacity = json.load(open(f"{out}/capacity.json"))["ok_per_s"]
         print(f"| {name} | {capacity} | {overran(out)} | {perf_analyzer(out)} |")
+    print_cpu(runs)
+
+
+def print_by_rate(runs, cell):
+    """One row per body and load, one column per run, each cell `cell(out, fmt, x)`."""
+    names = " | ".join(name for name, _ in runs)
+    print(f"| body | load | {names} |")
+    print("| --- | --- |" + " --- |" * len(runs))
+    for fmt in ("json", "binary"):
+        for x in LOADS:
+            cells = [cell(out, fmt, x) for _, out in runs]
+            print(f"| {fmt} | {x}x | " + " | ".join(cells) + " |")
+
+
+def outcome(out, fmt, x):
+    """Goodput, late answers (those late leaving the server) and refusals of one rate."""
+    r = json.load(open(f"{out}/{fmt}-{x}.json"))
+    late = f"{r['late']} ({r.get('late_in_server', '-')})"
+    return f"{r['goodput']:.3f}, late {late}, refused {r['refused']}"
+
+
+def cpu(out, fmt, x):
+    """Answers in time per second, and the front-end CPU per request offered (ms): HTTP
+    worker / decoders / client."""
+    r = json.load(open(f"{out}/{fmt}-{x}.json"))
+    server = json.load(open(f"{out}/cpu-{fmt}-{x}.json"))
+    per = lambda s: f"{s / max(r['offered'], 1) * 1e3:.2f}"
+    good = r["good"] / r["duration_s"]
+    return (f"{good:.0f}/s; {per(server.get('http', 0))} / "
+            f"{per(server.get('tokio-rt-worker', 0))} / {per(r.get('client_cpu_s') or 0)}")
+
+
+def print_cpu(runs):
+    """Each run's CPU per rate, for the runs that kept it."""
+    runs = [(name, out) for name, out in runs if os.path.exists(f"{out}/cpu-json-1.json")]
+    if runs:
+        print()
+        print_by_rate(runs, cpu)
 
 
 if __name__ == "__main__":

@@ -188,9 +188,11 @@ for format in json binary; do
     for x in 0.25 0.5 0.8 1 1.5 2; do
         rate=$("$py" -c "print(round($capacity * $x, 2))")
         began=$(date -u +%s.%N)
+        "$py" bench/edge/cpu.py snapshot "$server_pid" > "$out/cpu-before.json"
         client --rate "$rate" --duration "$duration" --format "$format" --seed 7 \
             --out "$out/$format-$x.json" --log "$out/$format-$x.requests.jsonl" > /dev/null
         echo "$format-$x $began $(date -u +%s.%N)" >> "$out/phases.txt"
+        "$py" bench/edge/cpu.py used "$out/cpu-before.json" "$server_pid" > "$out/cpu-$format-$x.json"
         curl -s "$url/metrics" > "$out/metrics-$format-$x.txt" || true
         sleep 1 # let the last answers drain before the next rate
     done
