@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 
 use super::body::{Answer, Decoded};
 use super::decode::PoolError;
-use super::edge::{FrontKey, Outlook, Phase, Stage};
+use super::edge::{self, FrontKey, Outlook, Phase, Stage};
 use super::error::ApiError;
 use super::metrics::Metrics;
 use super::models::Entry;
@@ -251,25 +251,27 @@ impl<'a> Front<'a> {
         self.deadline.saturating_sub(self.outlook.least.decode)
     }
 
-    /// Reads the body from `started` (the caller's last clock reading, taken just
-    /// before), giving up when the rest could no longer be done in time; answers it with
-    /// the clock reading at its end.
+    /// Reads the body (of `declared` length, if its head says) from `started` (the
+    /// caller's last clock reading, taken just before), giving up when the rest could no
+    /// longer be done in time; answers it with the clock reading at its end.
     pub(super) async fn read(
         &self,
         body: web::Payload,
+        declared: Option<u64>,
         started: Nanos,
     ) -> Result<(web::Bytes, Nanos), ApiError> {
         let limit = self.state.settings.max_body_bytes;
         let until = self.hopeless_after();
         // A timer at the instant itself: no clock read for the slack (see `record`).
         let until = self.state.clock.instant(until);
-        let read = tokio::time::timeout_at(until, body.to_bytes_limited(limit)).await;
+        let read = tokio::time::timeout_at(until, edge::collect(body, declared, limit)).await;
         let Ok(read) = read else {
             return Err(self.refuse(Stage::Reading, 0));
         };
-        let bytes = read
-            .map_err(|_| ApiError::PayloadTooLarge { limit })?
-            .map_err(|e| ApiError::InvalidBody(e.to_string()))?;
+        let bytes = read.map_err(|e| match e {
+            edge::Collect::TooLarge => ApiError::PayloadTooLarge { limit },
+            edge::Collect::Broken(e) => ApiError::InvalidBody(e),
+        })?;
         let read = self.took(Phase::Read, started);
         Ok((bytes, read))
     }

@@ -119,7 +119,7 @@ pub(super) async fn run(
             return Err(refused);
         }
     };
-    let (body, read) = front.read(body, judged).await?;
+    let (body, read) = front.read(body, edge::declared(request), judged).await?;
     let headers = binary_header(request);
     let small = body.len() <= decode::INLINE_DECODE_BYTES;
     let job = move |spec: &ModelSpec| decode_body(spec, &headers, body);
