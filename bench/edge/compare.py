@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Several edge runs side by side (an A/B of builds or configurations): per body and load,
 each run's client-side goodput with its late answers (those the server held past the
-objective in brackets) and refusals; then each run's capacity, its answers refused at
+objective in brackets) and refusals; then each run's capacity (and with JSON bodies, where
+the run measured it), its answers refused at
 the deadline (`overran`, from the server's metrics) and whether perf_analyzer completed;
 then, for runs that kept the server's CPU per rate (`cpu-<body>-<x>.json`), each rate's
 answers in time per second and the CPU of the front-end core per request offered: the
@@ -79,10 +80,13 @@ def main():
         return
     print_by_rate(runs, outcome)
     print()
-    print("| run | capacity/s | overran | perf_analyzer c1-4 |")
+    with_json = any(os.path.exists(f"{out}/capacity-json.json") for _, out in runs)
+    print(f"| run | capacity/s{' (with JSON bodies)' if with_json else ''} | overran | perf_analyzer c1-4 |")
     print("| --- | --- | --- | --- |")
     for name, out in runs:
         capacity = json.load(open(f"{out}/capacity.json"))["ok_per_s"]
+        if os.path.exists(f"{out}/capacity-json.json"):
+            capacity = f"{capacity} ({json.load(open(f'{out}/capacity-json.json'))['ok_per_s']})"
         print(f"| {name} | {capacity} | {overran(out)} | {perf_analyzer(out)} |")
     print_cpu(runs)
 

@@ -176,6 +176,11 @@ if [ "$capacity" = "0.0" ]; then
     echo "no answer at all: nothing to measure against" >&2
     exit 1
 fi
+# JSON's own capacity, for reading the JSON rows: its bodies cost the front-end core far
+# more than binary ones (decoding), and where that core is the bound it is below the
+# device's. The rates stay multiples of the binary capacity.
+client --closed-loop "$clients" --duration 8 --format json --out "$out/capacity-json.json" > /dev/null
+echo "capacity with JSON bodies: $("$py" -c "import json; print(json.load(open('$out/capacity-json.json'))['ok_per_s'])") answers/s ($clients closed-loop clients)"
 if [ -n "$fixed_capacity" ]; then
     capacity=$fixed_capacity
     echo "loads as multiples of $capacity answers/s (--capacity)"

@@ -151,7 +151,11 @@ pub struct ConnectionConfig {
     /// How long an idle connection is kept open between requests.
     #[serde(with = "humantime_serde")]
     pub keep_alive: Duration,
-    /// Time a client has to close its side after the server closed the connection.
+    /// Time a client has to close its side after the server closed the connection. A
+    /// connection closed with its request's body unread (a refusal before reading) is
+    /// read and dropped meanwhile, so that a client still sending reads its answer rather
+    /// than a reset; 0 closes it at once, which saves the server receiving refused
+    /// bodies at that risk.
     #[serde(with = "humantime_serde")]
     pub disconnect_timeout: Duration,
     /// Connections each HTTP worker serves at once; more wait in the listen backlog.
