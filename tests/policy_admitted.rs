@@ -233,7 +233,14 @@ proptest! {
             loose.after_waiting * 100 <= was.after_waiting * 100 + offered,
             "{:?} {:?}", protected, open
         );
-        prop_assert!(protected.served() * 100 >= open.served() * 95, "{:?} {:?}", protected, open);
+        // Where every objective is at least ten runs: within a few runs the refusals at
+        // arrival can cost served requests (objectives of 10 and 11 ms, 2 ms runs, a
+        // pipeline, 3x two devices' capacity: 916 served against 1,011, found by CI's
+        // seed 218677864109045), the trade for which `protect_admitted` is off by default.
+        let tightest = slos.iter().copied().min().unwrap_or(0) * MS;
+        if tightest >= 10 * base {
+            prop_assert!(protected.served() * 100 >= open.served() * 95, "{:?} {:?}", protected, open);
+        }
         let loosest = slos.iter().copied().max().unwrap_or(0);
         let next = slos.iter().copied().filter(|&s| s < loosest).max().unwrap_or(loosest);
         if loosest >= 2 * next && loosest >= 40 {
