@@ -24,7 +24,7 @@ use crate::actors::messages::{Edge, InferError, Inferred, Submit};
 use crate::model::{ModelId, ModelSpec};
 use crate::scheduler::view::{judge, Admission, ModelView};
 use crate::tensor::Tensor;
-use crate::time::Nanos;
+use crate::time::{Clock, Nanos};
 
 /// A decoded request to a model: one [`Submit`] to the controller, its answer.
 async fn call(
@@ -77,6 +77,23 @@ async fn call(
 /// writing the answer when its core is busy (answers encoded 0.4 to 1.2 ms past the
 /// deadline on the 2-core edge bench before this lead).
 const GUARD_LEAD: Nanos = 1_000_000;
+
+/// The answer of `call` if it came by `due` (on `clock`), `None` past it. Tokio's timers
+/// fire on the millisecond tick after their deadline, so an answer may come in after `due`
+/// and before the timer: past it all the same (encoded up to a millisecond later, such
+/// answers reached the edge bench's client after their objective). A refusal keeps its
+/// own reason whenever it comes.
+async fn by_due<T>(
+    clock: Clock,
+    due: Nanos,
+    call: impl std::future::Future<Output = Result<T, ApiError>>,
+) -> Option<Result<T, ApiError>> {
+    match tokio::time::timeout_at(clock.instant(due), call).await {
+        Ok(Ok(_)) if clock.now() > due => None,
+        Ok(answer) => Some(answer),
+        Err(_) => None,
+    }
+}
 
 /// A request's answer as the front end delivered it: encoded by its protocol, with the
 /// time the server held it (arrival to encoded) and its batch's run time.
@@ -355,17 +372,16 @@ impl<'a> Front<'a> {
             .arrival
             .saturating_add(slo)
             .saturating_sub(self.outlook.least.respond + GUARD_LEAD);
-        let due = self.state.clock.instant(due);
+        let clock = self.state.clock;
         // A request whose objective is over before it is even submitted (a few
         // microseconds) is the controller's to refuse, at once and by its real reason;
         // and a server configured to answer late waits.
-        let answer = if self.state.settings.answer_late || due <= tokio::time::Instant::now() {
+        let answer = if self.state.settings.answer_late || due <= clock.now() {
             call.await
         } else {
-            match tokio::time::timeout_at(due, call).await {
-                Ok(answer) => answer,
-                Err(_) => Err(self.overran()),
-            }
+            by_due(clock, due, call)
+                .await
+                .unwrap_or_else(|| Err(self.overran()))
         };
         let answer = answer.inspect_err(|error| {
             if error.kind().is_refusal() {
@@ -427,5 +443,42 @@ fn parameters(spec: &ModelSpec, inferred: &Inferred, slo: Option<Nanos>) -> Answ
         late: inferred.late,
         missing: None,
         slo_ms: slo.unwrap_or(spec.slo) as f64 / 1e6,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::MS;
+
+    /// Runs `by_due` with a due time of 10.5 ms on a paused clock, for a call that ends at
+    /// `ready` (ms) with `outcome`.
+    async fn wait(ready: f64, outcome: Result<(), ApiError>) -> Option<Result<(), ApiError>> {
+        let clock = Clock::start();
+        let ready = clock.instant((ready * MS as f64) as Nanos);
+        let call = async move {
+            tokio::time::sleep_until(ready).await;
+            outcome
+        };
+        by_due(clock, 10 * MS + MS / 2, call).await
+    }
+
+    fn refusal() -> ApiError {
+        ApiError::UnknownModel("m".into())
+    }
+
+    /// Mutation that breaks it: the check of the clock after the wait left out (the answer
+    /// that came in at 10.8 ms, before the timer's tick at 11 ms, is served).
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_after_its_due_time_is_past_it_even_before_the_timer_fires() {
+        assert!(matches!(wait(0.0, Ok(())).await, Some(Ok(()))));
+        assert!(wait(10.8, Ok(())).await.is_none(), "came in after 10.5 ms");
+        assert!(wait(30.0, Ok(())).await.is_none());
+        // Any error keeps its own kind (the controller's refusal, by its reason).
+        let kept = wait(10.8, Err(refusal())).await;
+        assert!(
+            matches!(kept, Some(Err(ApiError::UnknownModel(_)))),
+            "{kept:?}"
+        );
     }
 }
