@@ -12,7 +12,9 @@ Every latency is measured here, from the moment the request is handed to the con
 to the moment the whole answer is read. Printed as JSON:
   offered, answered, goodput (answered 200 within the objective / offered), good, late
   (200 after the objective), refused (by error_type) with p50/p99 of their latency,
-  errors (other HTTP statuses, connection failures), p50/p99 of successes.
+  errors (other HTTP statuses, connection failures), p50/p99 of successes; this client's
+  own CPU (client_cpu_s) and garbage-collection pauses (client_gc_pauses) over the
+  schedule, during which Python's cyclic collector is off.
 """
 
 import argparse
