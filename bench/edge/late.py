@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-LOADS = ("0.25", "0.5", "0.8", "1", "1.5", "2")
+from compare import LOADS
 OBJECTIVE_MS = 100.0
 
 

@@ -15,6 +15,8 @@ import os
 import json
 import sys
 
+from compare import LOADS
+
 
 def cell(value):
     return "-" if value is None else value
@@ -26,7 +28,7 @@ def main():
           "| errors | p50 ms | p99 ms | refusal p50 ms | refusal p99 ms |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for fmt in ("json", "binary"):
-        for x in ("0.25", "0.5", "0.8", "1", "1.5", "2"):
+        for x in LOADS:
             r = json.load(open(f"{out}/{fmt}-{x}.json"))
             errors = sum(r["errors"].values()) + r["client_overflow"] + r["unanswered"]
             good_per_s = round(r["good"] / r["duration_s"], 1)
@@ -41,7 +43,7 @@ def cpu_table(out):
     """CPU over each rate, where the run kept it."""
     rows = []
     for fmt in ("json", "binary"):
-        for x in ("0.25", "0.5", "0.8", "1", "1.5", "2"):
+        for x in LOADS:
             path = f"{out}/cpu-{fmt}-{x}.json"
             if not os.path.exists(path):
                 continue
