@@ -5,7 +5,8 @@
 #
 #   bench/edge/run.sh [--bin PATH] [--config FILE] [--devices N|auto] [--backend cpu|ort|auto]
 #                     [--duration S] [--out DIR] [--client-cores front|any|LIST] [--trace]
-#                     [--capacity R] [--perf-analyzer-runs N]
+#                     [--capacity R] [--perf-analyzer-runs N] [--formats "json binary"]
+#                     [--loads "0.25 0.5 0.8 1 1.5 2"]
 #
 # --capacity R: the loads are multiples of R answers/s instead of the capacity measured
 # (still measured and printed): two builds or settings compared at the same rates, where
@@ -24,6 +25,9 @@
 # ORT_DYLIB_PATH names one); without it the configuration is served as it is (the
 # default's `auto` runs ONNX Runtime where ORT_DYLIB_PATH names its library, else tract:
 # the server's line saying which is printed).
+#
+# --formats and --loads: the bodies and the multiples of the capacity to run (all of
+# them by default), to study one rate again and again without the others between.
 #
 # --perf-analyzer-runs N: after the warm-up, only perf_analyzer (concurrency 1 to 4), N
 # times back to back, one line each (whether it completed, its throughput at 4), then a
@@ -47,6 +51,8 @@ client_cores=front
 trace=0
 fixed_capacity=""
 pa_runs=0
+formats="json binary"
+loads="0.25 0.5 0.8 1 1.5 2"
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bin=$2; shift 2 ;;
@@ -59,6 +65,8 @@ while [ $# -gt 0 ]; do
         --trace) trace=1; shift ;;
         --capacity) fixed_capacity=$2; shift 2 ;;
         --perf-analyzer-runs) pa_runs=$2; shift 2 ;;
+        --formats) formats=$2; shift 2 ;;
+        --loads) loads=$2; shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -189,8 +197,8 @@ fi
 # began within half a second of the saturating probe, on the front-end times it left.
 sleep 1
 
-for format in json binary; do
-    for x in 0.25 0.5 0.8 1 1.5 2; do
+for format in $formats; do
+    for x in $loads; do
         rate=$("$py" -c "print(round($capacity * $x, 2))")
         began=$(date -u +%s.%N)
         "$py" bench/edge/cpu.py snapshot "$server_pid" > "$out/cpu-before.json"

@@ -29,6 +29,9 @@ def main():
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for fmt in ("json", "binary"):
         for x in LOADS:
+            # A run of some rates only (run.sh --formats, --loads).
+            if not os.path.exists(f"{out}/{fmt}-{x}.json"):
+                continue
             r = json.load(open(f"{out}/{fmt}-{x}.json"))
             errors = sum(r["errors"].values()) + r["client_overflow"] + r["unanswered"]
             good_per_s = round(r["good"] / r["duration_s"], 1)
