@@ -1,7 +1,7 @@
 //! The bounded pool that decodes request bodies: at most `threads` decodings at once, at
 //! most `queue` waiting, none waiting past its deadline's slack; small bodies are decoded
 //! on the HTTP worker itself. Its backlog is part of what the edge checks before reading
-//! a body (`DecodePool::least_wait`).
+//! a body (`DecodePool::expected_wait`).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -33,7 +33,7 @@ pub struct DecodePool {
     queue: usize,
     /// Decoders (the permits' number), to share the backlog among them.
     threads: usize,
-    /// The least decoding time of the jobs waiting, summed ([`DecodePool::least_wait`]).
+    /// The typical decoding time of the jobs waiting, summed ([`DecodePool::expected_wait`]).
     waiting_work: AtomicU64,
 }
 
@@ -48,13 +48,17 @@ impl DecodePool {
         }
     }
 
-    /// The least time a request arriving now waits for a decoder: none while one is
-    /// free, else the least work of the jobs already waiting, shared among the decoders
-    /// (the ones running may be about to finish). A lower bound, so the check before
-    /// reading refuses only hopeless requests (issue 11: JSON requests queued here were
-    /// refused only after waiting out their slack, tens of ms, instead of before their
-    /// bodies were read).
-    pub fn least_wait(&self) -> Nanos {
+    /// The time a request arriving now is expected to wait for a decoder: none while one
+    /// is free, else the typical work of the jobs already waiting, shared among the
+    /// decoders (the ones running may be about to finish). Typical, not least: the
+    /// decoders share their cores with the HTTP workers (and on a small host a client),
+    /// and drain at the decodings' wall time, not at their best. Counted at their best, a
+    /// backlog at less than half the time it took let requests through to be read and
+    /// then refused when no decoder was free by their cut-off, 50-200 ms after arrival
+    /// (at twice the edge bench's capacity with JSON bodies, a third of its refusals); at
+    /// the median, one slow decoding (a stall) hardly moves it (docs/EXPERIMENTS.md, "The
+    /// decoders' backlog at their typical pace").
+    pub fn expected_wait(&self) -> Nanos {
         if self.permits.available_permits() > 0 {
             return 0;
         }
@@ -62,10 +66,11 @@ impl DecodePool {
     }
 
     /// Runs `job` once a decoder is free, unless none is free within `slack` (then the
-    /// request could not be decoded in time) or the queue is full; `work` is the least
-    /// time the job is expected to take, counted in [`DecodePool::least_wait`] while it waits. A `small` job runs on
-    /// the calling HTTP worker while it holds its permit: a hop to a blocking thread costs
-    /// more than decoding a few kilobytes, and the permit still bounds how many decode.
+    /// request could not be decoded in time) or the queue is full; `work` is the typical
+    /// time the job takes, counted in [`DecodePool::expected_wait`] while it waits. A
+    /// `small` job runs on the calling HTTP worker while it holds its permit: a hop to a
+    /// blocking thread costs more than decoding a few kilobytes, and the permit still
+    /// bounds how many decode.
     pub async fn run<T: Send + 'static>(
         &self,
         slack: std::time::Duration,
@@ -208,16 +213,16 @@ mod tests {
         assert_eq!(nice(), worker, "the worker's own thread keeps its priority");
     }
 
-    /// Mutation that breaks it: `least_wait` answering 0 always (the check before
+    /// Mutation that breaks it: `expected_wait` answering 0 always (the check before
     /// reading then ignores the decoders' backlog), or the waiting work not counted out
     /// when a wait ends.
     #[actix_web::test]
-    async fn the_least_wait_is_the_waiting_work_shared_among_the_decoders() {
+    async fn the_expected_wait_is_the_waiting_work_shared_among_the_decoders() {
         let pool = DecodePool::new(2, 8);
         let first = Arc::clone(&pool.permits).acquire_owned().await;
-        assert_eq!(pool.least_wait(), 0, "a decoder is free");
+        assert_eq!(pool.expected_wait(), 0, "a decoder is free");
         let second = Arc::clone(&pool.permits).acquire_owned().await;
-        assert_eq!(pool.least_wait(), 0, "busy, and nobody waits");
+        assert_eq!(pool.expected_wait(), 0, "busy, and nobody waits");
         let waits = async {
             let a = pool.run(Duration::from_millis(30), false, 6, || ());
             let b = pool.run(Duration::from_millis(30), false, 4, || ());
@@ -225,12 +230,12 @@ mod tests {
         };
         let look = async {
             tokio::time::sleep(Duration::from_millis(10)).await;
-            pool.least_wait()
+            pool.expected_wait()
         };
         let ((a, b), seen) = futures_util::future::join(waits, look).await;
         assert_eq!(seen, 5, "(6 + 4) / 2 decoders");
         assert_eq!((a, b), (Err(PoolError::NoSlack), Err(PoolError::NoSlack)));
-        assert_eq!(pool.least_wait(), 0, "counted out when the waits ended");
+        assert_eq!(pool.expected_wait(), 0, "counted out when the waits ended");
         drop((first, second));
     }
 

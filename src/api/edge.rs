@@ -242,9 +242,9 @@ pub struct Expected {
 }
 
 /// What the front end expects of a request, read once when its head arrives: the
-/// estimates (its deadline's reserve for the way back, the slack of each step) and the
-/// best recent times (the check before reading, the decoding work it adds to the pool's
-/// queue). One read of the table, not one per use.
+/// estimates (its deadline's reserve for the way back, the slack of each step), the
+/// best recent times (the check before reading) and the typical ones (the decoding work
+/// it adds to the pool's queue). One read of the table, not one per use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Outlook {
     /// Each phase's estimate ([`FrontTimes::expected`]).
@@ -255,6 +255,9 @@ pub struct Outlook {
     /// high as the estimate (the window's p99) when the front end is slow for a while,
     /// but not set by one stall.
     pub but_one: Expected,
+    /// Each phase's median in the window (`Estimator::median`): what a request typically
+    /// takes, as the decoders' queue drains at (`DecodePool::expected_wait`).
+    pub typical: Expected,
 }
 
 impl Outlook {
@@ -272,6 +275,15 @@ impl Outlook {
     /// refused (docs/EXPERIMENTS.md, "One stall, one slow decoding").
     pub fn decode_start_by(&self, deadline: Nanos, single: Nanos) -> Nanos {
         deadline.saturating_sub(self.but_one.decode.saturating_add(single))
+    }
+
+    /// What a request's decoding adds to the decoders' backlog while it waits
+    /// (`DecodePool::expected_wait`): its model's typical decoding, the pace the queue
+    /// drains at. Not the best one (past capacity the backlog was then counted at less
+    /// than half the time the decoders took to drain it), nor the mean or a high
+    /// percentile, which one stall moves for the window.
+    pub fn decode_work(&self) -> Nanos {
+        self.typical.decode
     }
 }
 
@@ -364,6 +376,7 @@ impl FrontTimes {
             expected: m.each_phase(Estimator::get),
             least: m.each_phase(Estimator::least),
             but_one: m.each_phase(Estimator::runner_up),
+            typical: m.each_phase(Estimator::median),
         }
     }
 }
@@ -446,6 +459,24 @@ mod tests {
             100 * MS - 60 * MS - 7 * MS,
             "two slow ones: the front end is"
         );
+    }
+
+    /// Mutation that breaks it: `decode_work` the best decoding (as it was), or the mean
+    /// (which the stall moves).
+    #[test]
+    fn a_decoding_weighs_in_the_backlog_at_its_typical_time() {
+        const MS: Nanos = 1_000_000;
+        let times = FrontTimes::default();
+        for _ in 0..40 {
+            times.observe(&M0, Phase::Decode, 2 * MS, 0);
+        }
+        for _ in 0..59 {
+            times.observe(&M0, Phase::Decode, 5 * MS, 0);
+        }
+        times.observe(&M0, Phase::Decode, 300 * MS, 0);
+        let outlook = times.outlook(&M0, 0);
+        assert_eq!(outlook.least.decode, 2 * MS);
+        assert_eq!(outlook.decode_work(), 5 * MS, "most decodings take 5 ms");
     }
 
     /// Mutation that breaks it: the reseed in `forget_if_stale` removed (the burst's times

@@ -232,7 +232,7 @@ impl<'a> Front<'a> {
         let view = self.view();
         // The decoders' backlog now, not only the best recent wait: a request behind a
         // queue of bodies it cannot pass in time is refused before its body is read.
-        let wait = e.wait.max(self.state.decoders.least_wait());
+        let wait = e.wait.max(self.state.decoders.expected_wait());
         // The worker must get to the request again to read its body: its lag counts here
         // too (and for the way back, in `deadline`).
         let ahead = e.read + wait + e.decode + self.lag;
@@ -316,7 +316,7 @@ impl<'a> Front<'a> {
             let begun = clock.now();
             (begun, job(target.spec()))
         };
-        let work = self.outlook.least.decode;
+        let work = self.outlook.decode_work();
         let (begun, decoded) = match state.decoders.run(slack, small, work, job).await {
             Ok(done) => done,
             Err(PoolError::Crashed) => {

@@ -112,6 +112,12 @@ impl Estimator {
         self.sorted[n.saturating_sub(2)]
     }
 
+    /// The window's median (the upper one of an even count): a typical value that one
+    /// outlier hardly moves, where the mean follows it by its size over the window.
+    pub fn median(&self) -> Nanos {
+        self.sorted[self.sorted.len() / 2]
+    }
+
     /// Forgets every measurement and starts again from `seed`; answers whether it held
     /// measurements (a seed alone is left as it is).
     pub fn reseed(&mut self, seed: Nanos) -> bool {

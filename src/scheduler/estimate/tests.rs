@@ -177,3 +177,22 @@ fn the_runner_up_ignores_one_outlier_and_not_two() {
     e.observe(150);
     assert_eq!(e.runner_up(), 150, "two");
 }
+
+/// Mutation that breaks it: `median` answering the mean (or the largest).
+#[test]
+fn the_median_follows_most_of_the_window_and_not_its_outliers() {
+    let mut e = Estimator::new(50, 100, 99.0);
+    assert_eq!(e.median(), 50, "the seed");
+    for _ in 0..60 {
+        e.observe(4);
+    }
+    for _ in 0..3 {
+        e.observe(1_000);
+    }
+    assert_eq!(e.median(), 4, "three stalls in 63");
+    // The window keeps the last 100: 47 of 4, the 3 stalls, 50 of 9.
+    for _ in 0..50 {
+        e.observe(9);
+    }
+    assert_eq!(e.median(), 9, "half of the window and more now takes 9");
+}
