@@ -73,8 +73,11 @@ pub struct PolicyConfig {
     /// without it the requests admitted last under overload wait most of their objective
     /// and are then refused as timed out. Off by default: on a noisy 2-core host it
     /// halved the time-outs under overload but refused work below capacity that the
-    /// device would have served (docs/EXPERIMENTS.md, "The drift margin"). Learned only
-    /// with `learn_margins`.
+    /// device would have served (docs/EXPERIMENTS.md, "The drift margin"); on one model
+    /// (the edge bench) it brought the refusals' p99 at twice capacity from 92 ms to a
+    /// few, but under the zoo's burst it moved service from the cheap models to the
+    /// costly ones and half as many requests were served in time ("The drift margin
+    /// again"). Learned only with `learn_margins`.
     pub drift_margin: bool,
     /// Admission also counts, on each device that holds the model, the work the other
     /// resident models will run before the new request (`scheduler/clockwork/shared.rs`):
