@@ -4,9 +4,9 @@
 the answers late at the client, of them those the server itself held past the objective
 (its `Server-Timing: edge` over it), those the client read during or right after one of
 its own garbage-collection pauses while the request was out (`client_gc_pauses`: a
-pause between its sending and its reading delays one or the other), those it sent in the first 0.2 s of a rate, and
-the rest, with the largest time the server said it held one of those (how close to the
-objective it let them go).
+pause between its sending and its reading delays one or the other), those it sent in the
+first 0.2 s of a rate, and the rest, with the largest time the server said it held one
+of those (how close to the objective it let them go).
 
     bench/edge/late.py NAME=DIR [NAME=DIR ...]
 """
@@ -15,6 +15,7 @@ import os
 import sys
 
 from compare import LOADS
+
 OBJECTIVE_MS = 100.0
 
 
