@@ -8,6 +8,7 @@ pub mod cores;
 pub mod events;
 pub mod gpu;
 pub mod loadgen;
+pub mod memory;
 pub mod model;
 pub mod outcome;
 pub mod pipeline;

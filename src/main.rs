@@ -268,6 +268,21 @@ fn serve(path: PathBuf, listen: Option<String>) -> anyhow::Result<()> {
     if let Some(listen) = listen {
         config.server.listen = listen;
     }
+    let warmed = clockwork::memory::keep_and_warm(config.server.warm_memory_bytes);
+    // Beside the server's own start-up lines (their target), which deployments keep.
+    tracing::info!(
+        target: "clockwork::serve",
+        mib = warmed.bytes >> 20,
+        took_ms = warmed.took.as_millis() as u64,
+        kept = warmed.kept,
+        "memory: {} MiB written at start for the request path (`warm_memory_bytes`); {}",
+        warmed.bytes >> 20,
+        if warmed.kept {
+            "freed memory stays with the process"
+        } else {
+            "freed memory may go back to the system (another allocator)"
+        }
+    );
     actix_web::rt::System::new().block_on(clockwork::serve::run(config))
 }
 
