@@ -268,7 +268,7 @@ fn serve(path: PathBuf, listen: Option<String>) -> anyhow::Result<()> {
     if let Some(listen) = listen {
         config.server.listen = listen;
     }
-    let warmed = clockwork::memory::keep_and_warm(config.server.warm_memory_bytes);
+    let warmed = clockwork::memory::keep_and_warm(config.server.warm_memory_bytes)?;
     // Beside the server's own start-up lines (their target), which deployments keep.
     tracing::info!(
         target: "clockwork::serve",

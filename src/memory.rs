@@ -34,9 +34,27 @@ pub struct Warmed {
 /// mapping of its own.
 const CHUNK: usize = 1 << 20;
 
+/// Why nothing was warmed.
+#[derive(Debug, thiserror::Error)]
+pub enum WarmError {
+    #[error(
+        "[server] warm_memory_bytes = {asked} is more than half of this machine's memory \
+         ({physical} bytes): lower it (or set 0 to write none)"
+    )]
+    TooLarge { asked: usize, physical: usize },
+}
+
 /// Keeps freed memory in the process from now on (where the allocator allows it) and
-/// writes `bytes` of fresh memory once, freeing it back to the allocator.
-pub fn keep_and_warm(bytes: usize) -> Warmed {
+/// writes `bytes` of fresh memory once, freeing it back to the allocator. More than half
+/// of the machine's memory is refused before anything is allocated: on a system that
+/// overcommits, the allocation would succeed and writing it end in the OOM killer.
+pub fn keep_and_warm(bytes: usize) -> Result<Warmed, WarmError> {
+    if let Some(physical) = physical_memory().filter(|&p| bytes > p / 2) {
+        return Err(WarmError::TooLarge {
+            asked: bytes,
+            physical,
+        });
+    }
     let kept = keep_freed_memory();
     let begun = Instant::now();
     let chunks: Vec<Vec<u8>> = (0..bytes.div_ceil(CHUNK))
@@ -50,11 +68,25 @@ pub fn keep_and_warm(bytes: usize) -> Warmed {
         .collect();
     let bytes = chunks.len() * CHUNK;
     drop(std::hint::black_box(chunks));
-    Warmed {
+    Ok(Warmed {
         bytes,
         took: begun.elapsed(),
         kept,
-    }
+    })
+}
+
+/// The machine's physical memory in bytes, where the system says.
+fn physical_memory() -> Option<usize> {
+    // SAFETY: sysconf reads constants of the system.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let pages = usize::try_from(pages).ok()?;
+    let page = usize::try_from(page).ok()?;
+    pages.checked_mul(page)
 }
 
 /// mimalloc's purge delay set to "never": freed pages stay with the process for reuse.
@@ -72,4 +104,21 @@ fn keep_freed_memory() -> bool {
 #[cfg(not(feature = "mimalloc"))]
 fn keep_freed_memory() -> bool {
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Mutation that breaks it: the check removed (allocating 2^62 bytes aborts the test
+    /// binary).
+    #[test]
+    fn more_than_half_the_machine_is_refused_before_allocating() {
+        let physical = physical_memory().expect("this system reports its memory");
+        let error = keep_and_warm(usize::MAX / 4).unwrap_err();
+        assert!(matches!(error, WarmError::TooLarge { physical: p, .. } if p == physical));
+        assert!(error.to_string().contains("warm_memory_bytes"));
+        let fine = keep_and_warm(1 << 20).expect("1 MiB is not refused");
+        assert_eq!(fine.bytes, 1 << 20);
+    }
 }

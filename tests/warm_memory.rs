@@ -25,7 +25,7 @@ fn resident() -> usize {
 fn warmed_memory_stays_resident_after_it_is_freed() {
     const MIB: usize = 1 << 20;
     let before = resident();
-    let warmed = clockwork::memory::keep_and_warm(64 * MIB);
+    let warmed = clockwork::memory::keep_and_warm(64 * MIB).expect("64 MiB fits");
     assert_eq!(warmed.bytes, 64 * MIB);
     assert!(warmed.kept, "mimalloc keeps freed memory");
     // Past the default purge delay, then a forced collection: what mimalloc would purge
