@@ -10,9 +10,9 @@
 //! (docs/EXPERIMENTS.md, "The first cluster and fresh memory").
 //!
 //! So the binary, which chooses the allocator, asks [`keep_and_warm`] at start: the
-//! allocator keeps freed memory instead of handing it back to the system after a few
-//! milliseconds (mimalloc's purge; the process's resident memory is then its high-water
-//! mark, itself bounded by the front end's bounds), and `[server] warm_memory_bytes` are
+//! allocator keeps freed memory instead of handing it back to the system after a delay
+//! (mimalloc's purge, a second by default; the process's resident memory is then its
+//! high-water mark, itself bounded by the front end's bounds), and `[server] warm_memory_bytes` are
 //! written once, then freed to it, so that the first bursts reuse them.
 
 use std::time::{Duration, Instant};
@@ -24,8 +24,9 @@ pub struct Warmed {
     pub bytes: usize,
     /// How long writing them took.
     pub took: Duration,
-    /// Whether the allocator keeps freed memory from now on (mimalloc, the `mimalloc`
-    /// feature); with another allocator the warmed memory may go back to the system.
+    /// Whether mimalloc was told to keep freed memory from now on (the `mimalloc`
+    /// feature; it does so where it is the global allocator, as in `clockwork serve`);
+    /// with another allocator the warmed memory may go back to the system.
     pub kept: bool,
 }
 
@@ -90,11 +91,18 @@ fn physical_memory() -> Option<usize> {
 }
 
 /// mimalloc's purge delay set to "never": freed pages stay with the process for reuse.
+/// Answers whether it was set: only for mimalloc 2 and 3 (the crate builds 3 by
+/// default), which number this option alike; another version may number its options
+/// otherwise (`tests/warm_memory.rs` then fails).
 #[cfg(feature = "mimalloc")]
 fn keep_freed_memory() -> bool {
-    // `mi_option_purge_delay` in mimalloc 2's `mi_option_t` (the crate names options
-    // only up to `max_segment_reclaim`); -1 is "no purging at all".
+    // `mi_option_purge_delay` in the `mi_option_t` of mimalloc 2 and 3 (the crate names
+    // options only up to `max_segment_reclaim`); -1 is "no purging at all".
     const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+    // SAFETY: reads the linked library's version (major * 10000 + minor * 100 + patch).
+    if !matches!(unsafe { libmimalloc_sys::mi_version() } / 10_000, 2 | 3) {
+        return false;
+    }
     // SAFETY: sets one of mimalloc's options, which it reads when it next considers a
     // purge; any value is valid for this option.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };

@@ -19,8 +19,8 @@ fn resident() -> usize {
 }
 
 /// Mutation that breaks it: `keep_freed_memory` not setting the purge delay (mimalloc's
-/// default, 10 ms): the forced collection hands the warmed pages back and the resident
-/// memory falls to where it was.
+/// default, a second): the forced collection hands the warmed pages back and the
+/// resident memory falls to where it was.
 #[test]
 fn warmed_memory_stays_resident_after_it_is_freed() {
     const MIB: usize = 1 << 20;
@@ -28,8 +28,7 @@ fn warmed_memory_stays_resident_after_it_is_freed() {
     let warmed = clockwork::memory::keep_and_warm(64 * MIB).expect("64 MiB fits");
     assert_eq!(warmed.bytes, 64 * MIB);
     assert!(warmed.kept, "mimalloc keeps freed memory");
-    // Past the default purge delay, then a forced collection: what mimalloc would purge
-    // it purges now.
+    // A forced collection: what mimalloc would purge after its delay it purges now.
     std::thread::sleep(std::time::Duration::from_millis(50));
     // SAFETY: a collection of this thread's heap; nothing else runs in this test binary.
     unsafe { libmimalloc_sys::mi_collect(true) };
