@@ -51,31 +51,22 @@ scripts/onnx_testdata.sh
 [ -x "$bin" ] || cargo build --release --locked
 bin=$(realpath "$bin")
 
-work=$(mktemp -d)
-out=${out:-$work/out}
+# shellcheck source=../../scripts/serve_lib.sh
+source scripts/serve_lib.sh
+out=${out:-$(mktemp -d)}
 mkdir -p "$out"
-server_pid=
-cleanup() {
-    if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
-    rm -rf "$work/repo"
-}
-trap cleanup EXIT
-
 "$py" bench/edge/make_squeezenet.py \
     target/onnx-testdata/onnx/backend/test/data/light/light_squeezenet.onnx "$work/repo" > /dev/null
-port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-sed -e "s|^listen = .*|listen = \"127.0.0.1:$port\"|" \
+sed -e 's|^listen = .*|listen = "127.0.0.1:0"|' \
     -e "s|^path = \"models\"|path = \"$work/repo\"|" "$config" > "$work/config.toml"
-url=http://127.0.0.1:$port
-"$bin" serve --config "$work/config.toml" > "$out/server.log" 2>&1 &
-server_pid=$!
+start_server "$bin"
+url=http://$address
 for _ in $(seq 1 600); do
-    if curl -sf "$url/v2/models/squeezenet/ready" > /dev/null; then break; fi
-    kill -0 "$server_pid" 2>/dev/null || { echo "server died:" >&2; tail "$out/server.log" >&2; exit 1; }
+    curl -sf "$url/v2/models/squeezenet/ready" > /dev/null && break
     sleep 0.2
 done
 # The clients on the server's front-end cores, as bench/edge/run.sh runs them.
-cores=$(grep -m1 "cores:" "$out/server.log" | sed -n 's/.*front_end_cores=\([0-9,]*\).*/\1/p')
+cores=$(grep -m1 "cores:" "$work/log" | sed -n 's/.*front_end_cores=\([0-9,]*\).*/\1/p')
 pin=()
 [ -n "$cores" ] && pin=(taskset -c "$cores")
 client() {
@@ -107,4 +98,5 @@ latency = max(r["latency_ms"] for r in rows)
 print(f"{i},{failed},{len(rows)},{edge:.1f},{latency:.1f},{faults},{rss_kib / 1024:.1f}")
 EOF
 done
-grep -m1 "memory:" "$out/server.log" | sed 's/^.*memory:/memory:/' || true
+grep -m1 "memory:" "$work/log" | sed 's/^.*memory:/memory:/' || true
+cp "$work/log" "$out/server.log"
