@@ -19,11 +19,13 @@ pub use devices::{
     BackendKind, CpuConfig, DeviceGroupConfig, FaultConfig, FaultEpisode, ModelConfig, OrtConfig,
     SimConfig, SlowdownConfig, DEFAULT_CPU_PAGES,
 };
+pub use drift::DriftMargin;
 pub use policy::PolicyConfig;
 
 mod access;
 mod cluster;
 mod devices;
+mod drift;
 mod policy;
 
 /// Errors reading the configuration.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::PolicyName;
+use super::{DriftMargin, PolicyName};
 
 /// Constants of the scheduling policy.
 #[derive(Clone, Debug, Deserialize)]
@@ -64,21 +64,25 @@ pub struct PolicyConfig {
     /// comes, its own batch still fits at the estimate; what this changes is how many are
     /// admitted to wait for that turn.
     pub queue_at_mean: bool,
-    /// Admission keeps, before the objective of a request that would wait behind other
-    /// work, a share of the time until it would finish: the drift of the devices that
-    /// hold its model, the 99th percentile over their last `margin_window` stretches of 8
-    /// consecutive runs of how much longer than their means a stretch took, as a share of
-    /// those means (`scheduler::estimate::Drift`). Nothing on devices with exact timing
-    /// (the simulator's); on a device whose runs drift in slow spells (a cpu core),
+    /// Where admission keeps, before the objective of a request that would wait behind
+    /// other work for at least 8 runs alone, a share of the time until it would finish:
+    /// the drift of the devices in service that hold its model (the narrowest: it runs on
+    /// whichever frees first), the 99th percentile over their last `margin_window`
+    /// stretches of 8 consecutive runs of how much longer than their means a stretch
+    /// took, as a share of those means (`scheduler::estimate::Drift`; a shorter wait is
+    /// what the estimates' percentiles cover). Nothing on devices with exact
+    /// timing (the simulator's); on a device whose runs drift in slow spells (a cpu core),
     /// without it the requests admitted last under overload wait most of their objective
-    /// and are then refused as timed out. Off by default: on a noisy 2-core host it
-    /// halved the time-outs under overload but refused work below capacity that the
-    /// device would have served (docs/EXPERIMENTS.md, "The drift margin"); on one model
-    /// (the edge bench) it brought the refusals' p99 at twice capacity from 92 ms to a
-    /// few, but under the zoo's burst it moved service from the cheap models to the
-    /// costly ones and half as many requests were served in time ("The drift margin
-    /// again"). Learned only with `learn_margins`.
-    pub drift_margin: bool,
+    /// and are then refused as timed out. `"alone"` (the default): only while the model's
+    /// traffic has its devices to itself (no other resident model with requests queued or
+    /// arriving in the last two seconds); there, on one model at twice its capacity (the
+    /// edge bench), it brought the refusals' p99 from 92 ms to a few at no cost in what
+    /// was served. `"always"`: on shared devices too, where under the zoo's burst it moved
+    /// service from the models of 50 ms objectives to cnn's 100 ms and a quarter to half
+    /// fewer requests were served in time (docs/EXPERIMENTS.md, "The drift margin again",
+    /// "The drift margin where a model is alone"). `"off"`: never. Learned only with
+    /// `learn_margins`.
+    pub drift_margin: DriftMargin,
     /// Admission also counts, on each device that holds the model, the work the other
     /// resident models will run before the new request (`scheduler/clockwork/shared.rs`):
     /// their queued requests due before it and those still to come that will be, each
@@ -194,7 +198,7 @@ impl Default for PolicyConfig {
             margin_window: 256,
             margin_percentile: 100.0,
             queue_at_mean: true,
-            drift_margin: false,
+            drift_margin: DriftMargin::Alone,
             shared_arrival: true,
             protect_admitted: false,
             admission_hindsight: true,

@@ -25,7 +25,7 @@ mod slowdown;
 
 use crate::protocol::Measured;
 use crate::time::{Nanos, LONGEST};
-pub use drift::Drift;
+pub use drift::{Drift, DRIFT_RUNS};
 pub use slowdown::{Learn, Slowdown, SlowdownMeter};
 
 /// Sliding-window percentile of measured durations.

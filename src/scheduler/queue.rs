@@ -55,6 +55,10 @@ impl ModelQueue {
         self.queue.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
     pub fn demand(&self) -> u64 {
         self.demand
     }

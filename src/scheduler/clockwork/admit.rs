@@ -15,10 +15,10 @@
 
 use super::hindsight::Keep;
 use super::{ClockworkPolicy, ModelState, DEVICE};
-use crate::model::{DeviceId, ModelId};
+use crate::model::ModelId;
 use crate::scheduler::cover;
-use crate::scheduler::device::Runs;
-use crate::scheduler::estimate::Estimator;
+use crate::scheduler::device::{DeviceMirror, Runs};
+use crate::scheduler::estimate::{Estimator, DRIFT_RUNS};
 use crate::scheduler::queue::Queued;
 use crate::scheduler::{Answer, Plan, Refusal, Request, Verdict};
 use crate::time::Nanos;
@@ -215,8 +215,13 @@ impl ClockworkPolicy {
         };
         let behind = !idle || remaining > items as usize;
         let finish = drain(m, free, (remaining, pad), rules)?;
-        let margin = if behind && self.params.drift_margin {
-            self.drift_margin(model, finish.saturating_sub(now))
+        let queued = finish.saturating_sub(now);
+        // The drift is a share of stretches of `DRIFT_RUNS` runs: a wait of fewer runs is
+        // what the estimates' percentiles cover (kept there, it refused 3-8% of what a
+        // noisy device served at objectives of a few runs).
+        let long = queued >= self.best_single(model).saturating_mul(DRIFT_RUNS as u64);
+        let margin = if behind && long && self.keeps_drift_margin(model, now) {
+            self.drift_margin(model, queued)
         } else {
             0
         };
@@ -275,12 +280,20 @@ impl ClockworkPolicy {
         Some(replicas)
     }
 
-    /// The widest drift margin of the model's replicas (`estimate::Drift`) for a request
-    /// projected to finish `queued` from now.
+    /// The narrowest drift margin of the model's replicas in service (`estimate::Drift`)
+    /// for a request projected to finish `queued` from now: it runs on whichever frees
+    /// first, and a replica that runs many times slower than its kind (its drift then a
+    /// multiple of its queue) would otherwise hold every request of the model to its pace,
+    /// refusing what the others serve.
     fn drift_margin(&self, model: ModelId, queued: Nanos) -> Nanos {
         let m = &self.models[model.0 as usize];
-        let drift = |d: &DeviceId| self.devices[d.0 as usize].margins().drift(queued);
-        m.ready_on.iter().map(drift).max().unwrap_or(0)
+        let in_service = m.ready_on.iter().map(|d| &self.devices[d.0 as usize]);
+        let drift = |d: &DeviceMirror| d.margins().drift(queued);
+        in_service
+            .filter(|d| !d.suspect)
+            .map(drift)
+            .min()
+            .unwrap_or(0)
     }
 }
 
@@ -290,10 +303,10 @@ pub(super) struct Projection {
     /// When it would finish.
     pub(super) finish: Nanos,
     /// What it keeps before its objective besides: if it would wait behind other work (no
-    /// replica idle, or requests queued ahead), the widest drift of the replicas for the
-    /// time until it finishes (`estimate::Drift`: the share by which a stretch of their
-    /// runs fell behind the means the projection counts them at); else, or with
-    /// `drift_margin` off, nothing.
+    /// replica idle, or requests queued ahead) for `DRIFT_RUNS` runs alone or more, the
+    /// narrowest drift of the replicas in service for the time until it finishes (`estimate::Drift`: the share by which a stretch of their
+    /// runs fell behind the means the projection counts them at) where `drift_margin` keeps
+    /// it (`ClockworkPolicy::keeps_drift_margin`); else nothing.
     pub(super) margin: Nanos,
 }
 

@@ -1,7 +1,7 @@
 //! The policy's constants as it uses them: `PolicyConfig`'s durations in nanoseconds,
 //! its switches, and the bounds it clamps to.
 
-use crate::config::PolicyConfig;
+use crate::config::{DriftMargin, PolicyConfig};
 use crate::scheduler::device::LaneTiming;
 use crate::time::{nanos, Nanos};
 
@@ -41,9 +41,9 @@ pub(super) struct Params {
     pub(super) margin_percentile: f64,
     /// Project the queue ahead of an arrival at the estimates' means (`admit.rs`).
     pub(super) queue_at_mean: bool,
-    /// Keep the replicas' drift before the objective of an arrival behind other work
-    /// (`admit.rs`, `estimate::Drift`).
-    pub(super) drift_margin: bool,
+    /// Where the replicas' drift is kept before the objective of an arrival behind other
+    /// work (`admit.rs`, `shared.rs`, `estimate::Drift`).
+    pub(super) drift_margin: DriftMargin,
     /// Refuse an arrival that would push a request queued behind it past its latest
     /// finish (`behind.rs`).
     pub(super) protect_admitted: bool,

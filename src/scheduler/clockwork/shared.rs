@@ -25,6 +25,7 @@
 use super::admit::efficient_batch;
 use super::rate::RateMeter;
 use super::ClockworkPolicy;
+use crate::config::DriftMargin;
 use crate::model::ModelId;
 use crate::scheduler::device::DeviceMirror;
 use crate::time::Nanos;
@@ -154,5 +155,26 @@ impl ClockworkPolicy {
             work += share * batch.estimate as f64 / batch.served.max(1) as f64;
         }
         work.min(Nanos::MAX as f64) as Nanos
+    }
+
+    /// Whether a request of `model` arriving at `now` keeps its replicas' drift as a
+    /// margin (`PolicyConfig::drift_margin`): with `Alone`, only while no other model
+    /// resident on a device that holds it has requests queued or had any arrive within
+    /// the rate window. On a device shared by busy models the margin moved service from
+    /// the tight objectives to the looser ones (docs/EXPERIMENTS.md, "The drift margin
+    /// where a model is alone"); alone, it only keeps the model's own queue inside what
+    /// the device's slow spells leave.
+    pub(super) fn keeps_drift_margin(&self, model: ModelId, now: Nanos) -> bool {
+        match self.params.drift_margin {
+            DriftMargin::Off => false,
+            DriftMargin::Always => true,
+            DriftMargin::Alone => self.models[model.0 as usize].ready_on.iter().all(|d| {
+                let others = self.devices[d.0 as usize].residents.keys();
+                others.filter(|&&o| o != model).all(|&o| {
+                    let o = &self.models[o.0 as usize];
+                    o.queue.is_empty() && !o.rate.any(now)
+                })
+            }),
+        }
     }
 }
