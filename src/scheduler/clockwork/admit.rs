@@ -304,9 +304,10 @@ pub(super) struct Projection {
     pub(super) finish: Nanos,
     /// What it keeps before its objective besides: if it would wait behind other work (no
     /// replica idle, or requests queued ahead) for `DRIFT_RUNS` runs alone or more, the
-    /// narrowest drift of the replicas in service for the time until it finishes (`estimate::Drift`: the share by which a stretch of their
-    /// runs fell behind the means the projection counts them at) where `drift_margin` keeps
-    /// it (`ClockworkPolicy::keeps_drift_margin`); else nothing.
+    /// narrowest drift of the replicas in service for the time until it finishes
+    /// (`estimate::Drift`: the share by which a stretch of their runs fell behind the
+    /// means the projection counts them at), where `drift_margin` keeps it
+    /// (`ClockworkPolicy::keeps_drift_margin`); else nothing.
     pub(super) margin: Nanos,
 }
 
