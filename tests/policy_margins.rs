@@ -203,8 +203,8 @@ fn drifting_devices_refuse_at_arrival_rather_than_after_a_wait() {
 /// with `"always"`, and models sharing a busy device keep none, as with `"off"` (under the
 /// zoo's burst the margin moved service between them).
 ///
-/// Mutations that break it: `DriftMargin::Alone` answered as `Off` (the first assertion),
-/// or as `Always` (the second).
+/// Mutations that break it: `DriftMargin::Alone` answered as `Off` (the one-model check),
+/// or as `Always` (the two-model check).
 #[test]
 fn alone_keeps_the_margin_only_where_a_model_has_its_device_to_itself() {
     let (load, spells) = drifting();
