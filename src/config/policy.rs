@@ -77,11 +77,11 @@ pub struct PolicyConfig {
     /// traffic has its devices to itself (no other resident model with requests queued or
     /// arriving in the last two seconds); there, on one model at twice its capacity (the
     /// edge bench), it brought the refusals' p99 from 92 ms to 4-12 in 7 runs of 8 at no
-    /// cost in what was served (at 1.5x in 4 of 8). `"always"`: on shared devices too, where under the zoo's burst it moved
-    /// service from the models of 50 ms objectives to cnn's 100 ms and a quarter to half
-    /// fewer requests were served in time (docs/EXPERIMENTS.md, "The drift margin again",
-    /// "The drift margin where a model is alone"). `"off"`: never. Learned only with
-    /// `learn_margins`.
+    /// cost in what was served (at 1.5x in 4 of 8). `"always"`: on shared devices too,
+    /// where under the zoo's burst it moved service from the models of 50 ms objectives to
+    /// cnn's 100 ms and a quarter to half fewer requests were served in time
+    /// (docs/EXPERIMENTS.md, "The drift margin again", "The drift margin where a model is
+    /// alone"). `"off"`: never. Learned only with `learn_margins`.
     pub drift_margin: DriftMargin,
     /// Admission also counts, on each device that holds the model, the work the other
     /// resident models will run before the new request (`scheduler/clockwork/shared.rs`):
