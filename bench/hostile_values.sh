@@ -14,12 +14,7 @@ set -u
 bin=$(realpath "$1"); out=$2; secs=${3:-10}; hostile=${4:-4}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
-venv=target/edge-venv
-if [ ! -x "$venv/bin/python" ]; then
-    python3 -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check onnx aiohttp numpy
-fi
-py=$root/$venv/bin/python
+py=$(scripts/edge_python.sh)
 scripts/onnx_testdata.sh > /dev/null
 rm -rf "$out"; mkdir -p "$out/models/embedding/1"; out=$(realpath "$out")
 "$py" - "$out/models/embedding" <<'PY'

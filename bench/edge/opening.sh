@@ -17,7 +17,6 @@
 # only (reads /proc). Not in CI.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-root=$PWD
 
 bin=target/release/clockwork
 config=config.toml
@@ -41,12 +40,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 
-venv=target/edge-venv
-if [ ! -x "$venv/bin/python" ]; then
-    python3 -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check onnx aiohttp numpy
-fi
-py=$root/$venv/bin/python
+py=$(scripts/edge_python.sh)
 scripts/onnx_testdata.sh
 [ -x "$bin" ] || cargo build --release --locked
 bin=$(realpath "$bin")

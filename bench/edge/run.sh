@@ -39,7 +39,6 @@
 # completed. Always stops the server.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-root=$PWD
 
 bin=""
 devices=""
@@ -71,12 +70,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 
-venv=target/edge-venv
-if [ ! -x "$venv/bin/python" ]; then
-    python3 -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check onnx aiohttp numpy
-fi
-py=$root/$venv/bin/python
+py=$(scripts/edge_python.sh)
 scripts/onnx_testdata.sh
 if [ -z "$bin" ]; then
     cargo build --locked --quiet --release --bin clockwork

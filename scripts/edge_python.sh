@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Makes the virtual environment the edge benchmarks' Python runs in (`target/edge-venv`:
+# onnx, aiohttp and numpy from PyPI) and prints its interpreter's absolute path.
+# Idempotent: installs nothing once the environment is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+venv=target/edge-venv
+if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        onnx aiohttp numpy >&2
+fi
+echo "$PWD/$venv/bin/python"
