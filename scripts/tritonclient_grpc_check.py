@@ -5,11 +5,12 @@ Usage: python tritonclient_grpc_check.py GRPC_HOST:PORT HTTP_HOST:PORT
 Checks over gRPC what tritonclient_check.py checks over HTTP: health, server and model
 metadata, the model config, inference (the client's raw tensors, and typed contents sent
 by hand), errors as gRPC codes, repository load/unload, a pipeline's ensemble config and
-inference; and that a real model answers the same over both protocols, a batch of n items
-in one gRPC request included. Exits non-zero
-with a message on the first failure.
+inference; that a real model answers the same over both protocols, a batch of n items
+in one gRPC request included; and Triton's stream API, each request answered once.
+Exits non-zero with a message on the first failure.
 """
 
+import queue
 import sys
 
 import grpc
@@ -87,6 +88,39 @@ def check_pipeline(client):
     assert client.infer("chain", inputs).as_numpy("y").shape == (1, 10)
 
 
+def check_stream(url):
+    """Triton's stream API (`start_stream`, `async_stream_infer`): the zoo's cnn on the cpu
+    backend, answers matched by request id, each what a single call answers; a request
+    for an unknown model is answered by an error on the stream, which stays open."""
+    client = grpcclient.InferenceServerClient(url=url)
+    answers = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    slack = {"slo_ms": 10000}
+    rng = np.random.default_rng(3)
+    sent = {}
+    for i in range(6):
+        data = rng.random((1, 3, 32, 32), dtype=np.float32)
+        tensor = grpcclient.InferInput("input", [1, 3, 32, 32], "FP32")
+        tensor.set_data_from_numpy(data)
+        if i == 2:
+            client.async_stream_infer("no-such-model", [tensor], request_id="lost")
+        client.async_stream_infer("cnn", [tensor], request_id=f"s-{i}", parameters=slack)
+        sent[f"s-{i}"] = tensor
+    got, errors = {}, []
+    for _ in range(len(sent) + 1):
+        result, error = answers.get(timeout=30)
+        if error is not None:
+            errors.append(str(error))
+        else:
+            got[result.get_response().id] = result.as_numpy("output")
+    client.stop_stream()
+    assert sorted(got) == sorted(sent), (sorted(got), errors)
+    assert len(errors) == 1 and "no-such-model" in errors[0], errors
+    for request_id, tensor in sent.items():
+        alone = client.infer("cnn", [tensor], parameters=slack).as_numpy("output")
+        assert np.array_equal(got[request_id], alone), (request_id, got[request_id], alone)
+
+
 def check_real_model(client, http):
     """The zoo's cnn on the cpu backend: the same answer over gRPC as over HTTP."""
     client.load_model("cnn")
@@ -136,9 +170,11 @@ def main():
     assert np.array_equal(raw, typed), (raw, typed)
     check_errors(client)
     check_real_model(client, http)
+    check_stream(url)
     check_pipeline(client)
     print("tritonclient gRPC check passed: health, metadata, config, raw and typed inference,"
-          " error codes, load/unload, a pipeline, cpu answers equal to HTTP's (a batch of 3 too)")
+          " error codes, load/unload, a pipeline, cpu answers equal to HTTP's (a batch of 3 too),"
+          " a stream of requests answered by id")
 
 
 if __name__ == "__main__":

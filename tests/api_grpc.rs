@@ -8,10 +8,10 @@
 
 mod api_support;
 mod cpu_support;
+mod grpc_support;
 
 use api_support::DEFAULT_CONFIG;
-use api_support::{mlp_request, start_default, start_guarded, start_with, TestServer};
-use clockwork::api::grpc::proto::grpc_inference_service_client::GrpcInferenceServiceClient;
+use api_support::{mlp_request, start_default, start_guarded, start_with};
 use clockwork::api::grpc::proto::model_config::SchedulingChoice;
 use clockwork::api::grpc::proto::model_infer_request::InferInputTensor;
 use clockwork::api::grpc::proto::*;
@@ -20,64 +20,9 @@ use clockwork::api::{Access, ApiSettings};
 use clockwork::config::{AuthConfig, Token};
 use clockwork::repository::zoo;
 use cpu_support::{config, values, TempDir};
+use grpc_support::{floats, grpc, input, mlp};
 use serde_json::Value;
-use tonic::transport::Channel;
 use tonic::Code;
-
-type Client = GrpcInferenceServiceClient<Channel>;
-
-/// Serves the gRPC API of `server` on a free port; a client connected to it.
-async fn grpc(server: &TestServer) -> Client {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let address = listener.local_addr().expect("address");
-    let state = server.state.clone();
-    actix_web::rt::spawn(clockwork::api::grpc::serve(
-        state,
-        listener,
-        std::future::pending(),
-    ));
-    let url = format!("http://{address}");
-    Client::connect(url).await.expect("connect")
-}
-
-fn input(name: &str, datatype: &str, shape: &[i64]) -> InferInputTensor {
-    InferInputTensor {
-        name: name.into(),
-        datatype: datatype.into(),
-        shape: shape.to_vec(),
-        ..Default::default()
-    }
-}
-
-/// `mlp` with one item of `values`, as raw bytes or typed contents.
-fn mlp(values: &[f32], raw: bool) -> ModelInferRequest {
-    let mut tensor = input("input", "FP32", &[1, 64]);
-    let mut request = ModelInferRequest {
-        model_name: "mlp".into(),
-        id: "g-1".into(),
-        ..Default::default()
-    };
-    if raw {
-        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        request.raw_input_contents.push(bytes);
-    } else {
-        tensor.contents = Some(InferTensorContents {
-            fp32_contents: values.to_vec(),
-            ..Default::default()
-        });
-    }
-    request.inputs.push(tensor);
-    request
-}
-
-fn floats(raw: &[u8]) -> Vec<f32> {
-    let chunks = raw.chunks_exact(4);
-    chunks
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
 
 /// The code of a failed call and the outcome it names; panics on success.
 fn failure<T: std::fmt::Debug>(result: Result<T, tonic::Status>) -> (Code, String, String) {
@@ -93,7 +38,7 @@ fn failure<T: std::fmt::Debug>(result: Result<T, tonic::Status>) -> (Code, Strin
 #[actix_web::test]
 async fn metadata_readiness_and_config() {
     let server = start_default().await;
-    let mut client = grpc(&server).await;
+    let mut client = grpc(&server.state).await;
     let live = client
         .server_live(ServerLiveRequest {})
         .await
@@ -157,7 +102,7 @@ async fn metadata_readiness_and_config() {
 #[actix_web::test]
 async fn raw_and_typed_contents_answer_as_http_does() {
     let server = start_default().await;
-    let mut client = grpc(&server).await;
+    let mut client = grpc(&server.state).await;
     let values: Vec<f32> = (0..64).map(|i| i as f32 / 64.0).collect();
     let raw = client.model_infer(mlp(&values, true)).await.expect("raw");
     let timing = raw
@@ -201,7 +146,7 @@ async fn raw_and_typed_contents_answer_as_http_does() {
 #[actix_web::test]
 async fn errors_are_codes_that_name_their_outcome() {
     let server = start_default().await;
-    let mut client = grpc(&server).await;
+    let mut client = grpc(&server.state).await;
     let values = vec![0.5; 64];
     let mut unknown = mlp(&values, true);
     unknown.model_name = "nope".into();
@@ -246,7 +191,7 @@ async fn errors_are_codes_that_name_their_outcome() {
 #[actix_web::test]
 async fn repository_unload_and_load() {
     let server = start_default().await;
-    let mut client = grpc(&server).await;
+    let mut client = grpc(&server.state).await;
     let name = |model: &str| RepositoryModelUnloadRequest {
         model_name: model.into(),
         ..Default::default()
@@ -325,7 +270,7 @@ async fn a_batch_of_items_answers_what_single_items_do_row_by_row() {
     let text = config(root.path(), 1, 64, 16 << 20)
         .replace("[repository]", "[repository]\nload_all = true");
     let server = start_with(&text, Vec::new(), ApiSettings::default()).await;
-    let mut client = grpc(&server).await;
+    let mut client = grpc(&server.state).await;
     let input = values(4 * CPU_WIDTH, 5);
     let mut want = Vec::new();
     for item in input.chunks(CPU_WIDTH) {
@@ -357,7 +302,7 @@ async fn a_batch_of_items_answers_what_single_items_do_row_by_row() {
 #[actix_web::test]
 async fn inputs_must_agree_on_their_number_of_items() {
     let server = start_default().await;
-    let mut client = grpc(&server).await;
+    let mut client = grpc(&server.state).await;
     let tensor = |name: &str, datatype: &str, shape: &[i64], c: InferTensorContents| {
         let mut t = input(name, datatype, shape);
         t.contents = Some(c);
@@ -401,7 +346,7 @@ async fn calls_need_the_tokens_their_http_routes_need() {
     };
     let access = Access::from_config(&auth);
     let server = start_guarded(DEFAULT_CONFIG, Vec::new(), ApiSettings::default(), access).await;
-    let mut client = grpc(&server).await;
+    let mut client = grpc(&server.state).await;
     let infer = || tonic::Request::new(mlp(&[0.5; 64], true));
     let (code, kind, _) = failure(client.model_infer(infer()).await);
     assert_eq!(

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# perf_analyzer over HTTP (its default) and over gRPC (-i grpc), one after the other
-# against one `clockwork serve` and one model: throughput and p99 of each.
+# perf_analyzer over HTTP (its default), over gRPC (-i grpc) and over Triton's gRPC stream
+# (-i grpc --streaming), one after the other against one `clockwork serve` and one model:
+# throughput and p99 of each.
 #
 # Usage: bench/grpc/compare.sh [MODEL] [CONCURRENCY]   (defaults: mlp 4)
 # `mlp` is the emulated mlp-small on a sim V100 (the front end's cost shows); `cnn` is the
@@ -59,10 +60,13 @@ for _ in $(seq 1 100); do
 done
 sleep 1
 
-for protocol in http grpc; do
-    url=$http
-    [ "$protocol" = grpc ] && url=$grpc
-    "$pa" -m "$model" -u "$url" -i "$protocol" --concurrency-range "$concurrency" \
+for protocol in http grpc grpc-stream; do
+    flags=(-u "$grpc" -i grpc)
+    case $protocol in
+        http) flags=(-u "$http" -i http) ;;
+        grpc-stream) flags+=(--streaming) ;;
+    esac
+    "$pa" -m "$model" "${flags[@]}" --concurrency-range "$concurrency" \
         --measurement-interval 5000 --stability-percentage 50 --max-trials 5 \
         -f "$work/$protocol.csv" > "$work/$protocol.out" 2>&1 || { echo "$protocol:"; cat "$work/$protocol.out"; tail -5 "$work/log"; exit 1; }
 done
@@ -71,7 +75,7 @@ import csv, sys
 work, model, concurrency = sys.argv[1:]
 print(f"| protocol | model | concurrency | infer/s | p50 ms | p99 ms |")
 print("| --- | --- | --- | --- | --- | --- |")
-for protocol in ("http", "grpc"):
+for protocol in ("http", "grpc", "grpc-stream"):
     row = next(csv.DictReader(open(f"{work}/{protocol}.csv")))
     ms = lambda key: float(row[key]) / 1000
     print(f"| {protocol} | {model} | {concurrency} | {float(row['Inferences/Second']):.1f} "

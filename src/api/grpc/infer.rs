@@ -24,18 +24,25 @@ pub async fn infer(
 ) -> Result<Response<ModelInferResponse>, Status> {
     let stamped = request.extensions().get::<Arrival>().map(|a| a.0);
     let arrival = stamped.unwrap_or_else(|| state.clock.now());
-    let request = request.into_inner();
+    let served = serve(state, arrival, request.into_inner()).await;
+    served.map(with_server_timing).map_err(|e| status(&e))
+}
+
+/// The answer to one request that arrived at `arrival` (a call's, or one message of a
+/// stream's), an error counted as the HTTP route counts one.
+pub async fn serve(
+    state: &ApiState,
+    arrival: Nanos,
+    request: ModelInferRequest,
+) -> Result<Delivered<ModelInferResponse>, ApiError> {
     let name = request.model_name.clone();
     let version = Some(request.model_version.clone()).filter(|v| !v.is_empty());
     let result = run(state, arrival, &name, version.as_deref(), request).await;
-    match result {
-        Ok(delivered) => Ok(with_server_timing(delivered)),
-        Err(error) => {
-            let known = state.models.find(&name, version.as_deref()).ok();
-            state.metrics.api_error(&error, known.map(|e| e.id));
-            Err(status(&error))
-        }
+    if let Err(error) = &result {
+        let known = state.models.find(&name, version.as_deref()).ok();
+        state.metrics.api_error(error, known.map(|e| e.id));
     }
+    result
 }
 
 async fn run(

@@ -7,6 +7,7 @@
 //! | `proto.rs` | the code generated from `proto/grpc_service.proto` (messages, server, client) |
 //! | `service.rs` | each call, translated to the HTTP route's function and back |
 //! | `infer.rs` | `ModelInfer` through the HTTP route's edge path (`api::front::Front`) |
+//! | `stream.rs` | `ModelStreamInfer`: many requests on one call, each as `ModelInfer`'s |
 //! | `tensors.rs` | protobuf tensors and parameters to the runtime's and back |
 //! | `config.rs` | Triton's model configuration as a message |
 //! | `status.rs` | the one table from an error's outcome to a gRPC code |
@@ -20,12 +21,14 @@ mod infer;
 pub mod proto;
 mod service;
 pub mod status;
+pub mod stream;
 mod tensors;
 
 use std::future::Future;
 
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_stream::StreamExt as _;
+use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
 
 use super::edge::Arrival;
@@ -34,7 +37,8 @@ use proto::grpc_inference_service_server::GrpcInferenceServiceServer;
 use service::GrpcApi;
 
 /// Serves the gRPC API on `listener` until `shutdown` completes (calls in flight are
-/// answered first). Any tokio runtime will do: the calls reach the actors by address.
+/// answered first, and open streams stop reading and end once theirs are). Any tokio
+/// runtime will do: the calls reach the actors by address.
 pub async fn serve(
     state: ApiState,
     listener: tokio::net::TcpListener,
@@ -42,7 +46,14 @@ pub async fn serve(
 ) -> Result<(), tonic::transport::Error> {
     let clock = state.clock;
     let limit = state.settings.max_body_bytes;
-    let service = GrpcInferenceServiceServer::new(GrpcApi { state })
+    let closing = CancellationToken::new();
+    let streams = closing.clone();
+    let shutdown = async move {
+        shutdown.await;
+        // A stream a client keeps open would otherwise hold the graceful shutdown.
+        closing.cancel();
+    };
+    let service = GrpcInferenceServiceServer::new(GrpcApi { state, streams })
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit);
     // Runs on the call's head, before its message is read: where its time starts, as the

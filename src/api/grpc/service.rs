@@ -3,7 +3,8 @@
 //! The calls that change state or infer need the tokens their HTTP routes need
 //! (`access.rs`, as `authorization: Bearer <token>` metadata); reading calls are open.
 
-use tonic::{Request, Response, Status};
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status, Streaming};
 
 use super::super::error::ApiError;
 use super::super::{health, models, repository, ApiState};
@@ -12,7 +13,7 @@ use super::proto::model_metadata_response::TensorMetadata;
 use super::proto::repository_index_response::ModelIndex;
 use super::proto::*;
 use super::status::status;
-use super::{config, infer};
+use super::{config, infer, stream};
 use crate::config::Role;
 use crate::outcome::Outcome;
 
@@ -20,6 +21,8 @@ use crate::outcome::Outcome;
 pub struct GrpcApi {
     /// What every HTTP handler reaches too.
     pub state: ApiState,
+    /// Cancelled when the server shuts down: open streams then end (`stream.rs`).
+    pub streams: CancellationToken,
 }
 
 type Answer<T> = Result<Response<T>, Status>;
@@ -109,6 +112,18 @@ impl GrpcInferenceService for GrpcApi {
     async fn model_infer(&self, request: Request<ModelInferRequest>) -> Answer<ModelInferResponse> {
         allowed(&self.state, &request, Role::Infer)?;
         infer::infer(&self.state, request).await
+    }
+
+    type ModelStreamInferStream = stream::Answers;
+
+    async fn model_stream_infer(
+        &self,
+        request: Request<Streaming<ModelInferRequest>>,
+    ) -> Answer<Self::ModelStreamInferStream> {
+        allowed(&self.state, &request, Role::Infer)?;
+        let requests = request.into_inner();
+        let (state, closing) = (self.state.clone(), self.streams.clone());
+        Ok(Response::new(stream::serve(state, requests, closing)))
     }
 
     async fn model_config(
