@@ -87,6 +87,24 @@ async fn malformed_requests_are_named_4xx() {
             "bad_input",
             "slo_ms",
         ),
+        // Triton's shared-memory extensions, not served: the data is not in the request,
+        // or the answer would be looked for in a region nobody wrote.
+        (
+            json!({"inputs": [{"name": "input", "shape": [64], "datatype": "FP32",
+                "parameters": {"shared_memory_region": "in", "shared_memory_byte_size": 256}}]}),
+            "bad_input",
+            "input 'input' is placed in shared memory",
+        ),
+        (
+            {
+                let mut r = mlp_request(1.0);
+                let region = json!({"shared_memory_region": "out"});
+                r["outputs"] = json!([{"name": "output", "parameters": region}]);
+                r
+            },
+            "bad_input",
+            "output 'output' is placed in shared memory",
+        ),
     ];
     for (request, kind, mentions) in cases {
         let answer = server.post_json(INFER, &request).await;

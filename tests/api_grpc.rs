@@ -13,7 +13,9 @@ mod grpc_support;
 use api_support::DEFAULT_CONFIG;
 use api_support::{mlp_request, start_default, start_guarded, start_with};
 use clockwork::api::grpc::proto::model_config::SchedulingChoice;
-use clockwork::api::grpc::proto::model_infer_request::InferInputTensor;
+use clockwork::api::grpc::proto::model_infer_request::{
+    InferInputTensor, InferRequestedOutputTensor,
+};
 use clockwork::api::grpc::proto::*;
 use clockwork::api::grpc::status::ERROR_TYPE;
 use clockwork::api::{Access, ApiSettings};
@@ -160,6 +162,34 @@ async fn errors_are_codes_that_name_their_outcome() {
     short.raw_input_contents[0].truncate(8);
     let (code, kind, _) = failure(client.model_infer(short).await);
     assert_eq!((code, kind.as_str()), (Code::InvalidArgument, "bad_input"));
+    // Triton's shared-memory extensions, not served: an input or output placed there.
+    let region = |name: &str| {
+        let name = infer_parameter::ParameterChoice::StringParam(name.into());
+        let parameter = InferParameter {
+            parameter_choice: Some(name),
+        };
+        [("shared_memory_region".to_owned(), parameter)].into()
+    };
+    let mut placed = mlp(&values, true);
+    placed.raw_input_contents.clear();
+    placed.inputs[0].parameters = region("in");
+    let (code, _, message) = failure(client.model_infer(placed).await);
+    assert_eq!(code, Code::InvalidArgument);
+    assert!(
+        message.contains("input 'input' is placed in shared memory"),
+        "{message}"
+    );
+    let mut answered_there = mlp(&values, true);
+    answered_there.outputs.push(InferRequestedOutputTensor {
+        name: "output".into(),
+        parameters: region("out"),
+    });
+    let (code, _, message) = failure(client.model_infer(answered_there).await);
+    assert_eq!(code, Code::InvalidArgument);
+    assert!(
+        message.contains("output 'output' is placed in shared memory"),
+        "{message}"
+    );
     // A typed value out of its datatype's range; and FP16, which has no typed field.
     let mut small = input("small", "UINT8", &[2, 2]);
     small.contents = Some(InferTensorContents {

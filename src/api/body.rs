@@ -88,6 +88,8 @@ fn decode_inputs(
     let mut items = Items::default();
     for input in &request.inputs {
         let name = &input.name;
+        let placed = input.parameters.contains_key(SHARED_MEMORY);
+        refuse_shared_memory(&format!("input '{name}'"), placed)?;
         let Checked {
             datatype,
             shape,
@@ -120,6 +122,25 @@ fn decode_inputs(
     }
     sections.finish()?;
     Ok((tensors, items.batch()))
+}
+
+/// The parameter by which Triton's shared-memory extensions place a tensor in a region
+/// the client registered (its data then not in the request, or its answer looked for
+/// there).
+pub(super) const SHARED_MEMORY: &str = "shared_memory_region";
+
+/// Refuses `tensor` (`"input 'x'"`, `"output 'y'"`) if the client placed it in shared
+/// memory, which this server does not serve: answered from the request instead, the
+/// client would read its output from a region nobody wrote.
+pub(super) fn refuse_shared_memory(tensor: &str, placed: bool) -> Result<(), ApiError> {
+    if !placed {
+        return Ok(());
+    }
+    Err(ApiError::bad_input(format!(
+        "{tensor} is placed in shared memory ('{SHARED_MEMORY}'): this server does not \
+         serve Triton's shared-memory extensions; send the tensor in the request, and take \
+         outputs from the answer"
+    )))
 }
 
 /// An input as a client declared it, checked against the model.
@@ -253,6 +274,8 @@ fn choose_outputs(spec: &ModelSpec, request: &InferRequest) -> Result<Vec<Wanted
     requested
         .iter()
         .map(|output| {
+            let placed = output.parameters.contains_key(SHARED_MEMORY);
+            refuse_shared_memory(&format!("output '{}'", output.name), placed)?;
             let binary = match output.parameters.get("binary_data") {
                 Some(_) => {
                     v2::flag(&output.parameters, "binary_data").map_err(ApiError::bad_input)?

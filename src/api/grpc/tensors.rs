@@ -76,6 +76,8 @@ pub fn decode(spec: &ModelSpec, request: ModelInferRequest) -> Result<Decoded, A
     let mut items = Items::default();
     for (i, input) in request.inputs.into_iter().enumerate() {
         let name = input.name;
+        let placed = input.parameters.contains_key(body::SHARED_MEMORY);
+        body::refuse_shared_memory(&format!("input '{name}'"), placed)?;
         let Checked {
             datatype,
             shape,
@@ -104,7 +106,11 @@ pub fn decode(spec: &ModelSpec, request: ModelInferRequest) -> Result<Decoded, A
     let outputs = if request.outputs.is_empty() {
         all_outputs(spec, true)
     } else {
-        let asked = request.outputs.iter().map(|o| wanted(spec, &o.name, true));
+        let asked = request.outputs.iter().map(|o| {
+            let placed = o.parameters.contains_key(body::SHARED_MEMORY);
+            body::refuse_shared_memory(&format!("output '{}'", o.name), placed)?;
+            wanted(spec, &o.name, true)
+        });
         asked.collect::<Result<_, _>>()?
     };
     Ok(Decoded {
