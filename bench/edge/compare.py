@@ -105,7 +105,7 @@ def print_by_rate(runs, cell):
     names = " | ".join(name for name, _ in runs)
     print(f"| body | load | {names} |")
     print("| --- | --- |" + " --- |" * len(runs))
-    for fmt in ("json", "binary"):
+    for fmt in ("json", "binary", "grpc"):
         for x in LOADS:
             # Runs of some rates only (run.sh --formats, --loads): "-" where a run had
             # none, no row where none had it.
@@ -119,7 +119,8 @@ def print_by_rate(runs, cell):
 def outcome(out, fmt, x):
     """Goodput, late answers (those late leaving the server) and refusals of one rate."""
     r = json.load(open(f"{out}/{fmt}-{x}.json"))
-    late = f"{r['late']} ({r.get('late_in_server', '-')})"
+    in_server = r.get("late_in_server")
+    late = f"{r['late']} ({'-' if in_server is None else in_server})"
     return f"{r['goodput']:.3f}, late {late}, refused {r['refused']}"
 
 

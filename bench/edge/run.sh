@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The edge benchmark: the default `clockwork serve` plus the onnx wheel's squeezenet,
-# driven from outside by an open-loop Poisson client (bench/edge/client.py) and by
-# Triton's perf_analyzer. See bench/edge/README.md.
+# driven from outside by an open-loop Poisson client (bench/edge/client.py: JSON and binary
+# bodies over HTTP; bench/grpc/stream_load.py: one gRPC stream through Triton's Python
+# stubs) and by Triton's perf_analyzer. See bench/edge/README.md.
 #
 #   bench/edge/run.sh [--bin PATH] [--config FILE] [--devices N|auto] [--backend cpu|ort|auto]
 #                     [--duration S] [--out DIR] [--client-cores front|any|LIST] [--trace]
-#                     [--capacity R] [--perf-analyzer-runs N] [--formats "json binary"]
+#                     [--capacity R] [--perf-analyzer-runs N] [--formats "json binary grpc"]
 #                     [--loads "0.25 0.5 0.8 1 1.5 2"]
 #
 # --capacity R: the loads are multiples of R answers/s instead of the capacity measured
@@ -35,8 +36,8 @@
 # whose stalls come and go.
 #
 # Prints a markdown table (client-side goodput, late, refused, p50/p99, refusal p99) for
-# 0.25x .. 2x of the measured capacity, JSON and binary bodies, and whether perf_analyzer
-# completed. Always stops the server.
+# 0.25x .. 2x of the measured capacity, JSON and binary bodies and a gRPC stream, and
+# whether perf_analyzer completed. Always stops the server.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -50,7 +51,7 @@ client_cores=front
 trace=0
 fixed_capacity=""
 pa_runs=0
-formats="json binary"
+formats="json binary grpc"
 loads="0.25 0.5 0.8 1 1.5 2"
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -92,8 +93,11 @@ trap cleanup EXIT
 # squeezenet (and the device count asked for, if any).
 "$py" bench/edge/make_squeezenet.py \
     target/onnx-testdata/onnx/backend/test/data/light/light_squeezenet.onnx "$work/repo"
-port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-sed -e "s|^listen = .*|listen = \"127.0.0.1:$port\"|" \
+free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+port=$(free_port)
+grpc_port=$(free_port)
+sed -e '/^grpc_listen = /d' \
+    -e "s|^listen = .*|listen = \"127.0.0.1:$port\"\ngrpc_listen = \"127.0.0.1:$grpc_port\"|" \
     -e "s|^path = \"models\"|path = \"$work/repo\"|" "$config" > "$work/config.toml"
 if [ -n "$devices" ]; then
     [ "$devices" = auto ] && devices='"auto"'
@@ -196,8 +200,14 @@ for format in $formats; do
         rate=$("$py" -c "print(round($capacity * $x, 2))")
         began=$(date -u +%s.%N)
         "$py" bench/edge/cpu.py snapshot "$server_pid" > "$out/cpu-before.json"
-        client --rate "$rate" --duration "$duration" --format "$format" --seed 7 \
-            --out "$out/$format-$x.json" --log "$out/$format-$x.requests.jsonl" > /dev/null
+        if [ "$format" = grpc ]; then
+            "${pin[@]}" "$py" bench/grpc/stream_load.py --url "127.0.0.1:$grpc_port" \
+                --model squeezenet --objective-ms 100 --rate "$rate" --duration "$duration" \
+                --seed 7 --out "$out/$format-$x.json" --log "$out/$format-$x.requests.jsonl" > /dev/null
+        else
+            client --rate "$rate" --duration "$duration" --format "$format" --seed 7 \
+                --out "$out/$format-$x.json" --log "$out/$format-$x.requests.jsonl" > /dev/null
+        fi
         echo "$format-$x $began $(date -u +%s.%N)" >> "$out/phases.txt"
         "$py" bench/edge/cpu.py used "$out/cpu-before.json" "$server_pid" > "$out/cpu-$format-$x.json"
         curl -s "$url/metrics" > "$out/metrics-$format-$x.txt" || true

@@ -27,7 +27,7 @@ def main():
     print("| body | load | rate/s | offered | goodput | good/s | late (in server) | refused "
           "| errors | p50 ms | p99 ms | refusal p50 ms | refusal p99 ms |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for fmt in ("json", "binary"):
+    for fmt in ("json", "binary", "grpc"):
         for x in LOADS:
             # A run of some rates only (run.sh --formats, --loads).
             if not os.path.exists(f"{out}/{fmt}-{x}.json"):
@@ -36,7 +36,7 @@ def main():
             errors = sum(r["errors"].values()) + r["client_overflow"] + r["unanswered"]
             good_per_s = round(r["good"] / r["duration_s"], 1)
             print(f"| {fmt} | {x}x | {r['rate']} | {r['offered']} | {r['goodput']} | {good_per_s} "
-                  f"| {r['late']} ({r.get('late_in_server', '-')}) | {r['refused']} | {errors} "
+                  f"| {r['late']} ({cell(r.get('late_in_server'))}) | {r['refused']} | {errors} "
                   f"| {cell(r['ok_p50_ms'])} | {cell(r['ok_p99_ms'])} "
                   f"| {cell(r['refused_p50_ms'])} | {cell(r['refused_p99_ms'])} |")
     cpu_table(out)
@@ -45,7 +45,7 @@ def main():
 def cpu_table(out):
     """CPU over each rate, where the run kept it."""
     rows = []
-    for fmt in ("json", "binary"):
+    for fmt in ("json", "binary", "grpc"):
         for x in LOADS:
             path = f"{out}/cpu-{fmt}-{x}.json"
             if not os.path.exists(path):

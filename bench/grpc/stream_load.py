@@ -7,11 +7,14 @@ get exactly one answer, in time or refused, as the client sees it?
 
 Each request carries its own id, stamped here when it is handed to the stream and when
 its answer is read (an error answer names its request in `infer_response`, which
-tritonclient's own stream callback drops: hence the stubs). Printed as JSON: offered,
-answered, unanswered (no answer within `--grace` seconds after the last was sent),
-duplicates (a second answer for an id), good (outputs within the objective), late
-(outputs after it, and the latest), refused (error answers, by `error_type`) with the
-p50/p99 of their latency, and the p50/p99 of the outputs' latency.
+tritonclient's own stream callback drops: hence the stubs). Prints (and with `--out`
+writes) the JSON report of `bench/edge/client.py`, whose fields `bench/edge/table.py` and
+`compare.py` read: offered, good, goodput, late (outputs after the objective), refused (by
+`error_type`) with the p50/p99 of their latency, unanswered (no answer within `--grace`
+seconds after the last was sent), duplicates (a second answer for an id), p50/p99 of the
+outputs' latency; `late_in_server` is not known (a stream's messages carry no
+Server-Timing). `--log` writes one JSON line per answered request. The edge bench runs it
+as its `grpc` body (`bench/edge/run.sh --formats grpc`).
 """
 
 import argparse
@@ -55,6 +58,8 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--objective-ms", type=float, default=100.0)
     parser.add_argument("--grace", type=float, default=5.0)
+    parser.add_argument("--out", help="write the JSON report here too")
+    parser.add_argument("--log", help="one JSON line per answered request")
     args = parser.parse_args()
 
     channel = grpc.insecure_channel(args.url, options=[
@@ -75,6 +80,7 @@ def main():
         target=lambda: got.extend((time.perf_counter(), a) for a in answers), daemon=True)
     reader.start()
     schedule = arrival_times(args.rate, args.seed, args.duration, 10**9)
+    cpu_before = time.process_time()
     start = time.perf_counter()
     for i, at in enumerate(schedule):
         delay = start + at - time.perf_counter()
@@ -89,12 +95,21 @@ def main():
         time.sleep(0.05)
     outgoing.put(None)
     reader.join(timeout=args.grace)
-    report(args, len(schedule), sent, list(got))
+    result, log = report(args, len(schedule), sent, list(got), start)
+    result["client_cpu_s"] = round(time.process_time() - cpu_before, 3)
+    print(json.dumps(result))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f)
+    if args.log:
+        with open(args.log, "w") as f:
+            f.writelines(json.dumps(line) + "\n" for line in log)
 
 
-def report(args, offered, sent, got):
-    seen, duplicates = set(), 0
-    good, late, refused_ms, refused_by = [], [], [], {}
+def report(args, offered, sent, got, start):
+    """The report in `bench/edge/client.py`'s fields, and the per-request log."""
+    seen, duplicates, log = set(), 0, []
+    ok_ms, refused_ms, refused_by = [], [], {}
     for at, answer in got:
         request_id = answer.infer_response.id
         if request_id in seen:
@@ -102,27 +117,39 @@ def report(args, offered, sent, got):
             continue
         seen.add(request_id)
         latency = (at - sent[request_id]) * 1e3
+        kind = None
         if answer.error_message:
             kind = answer.infer_response.parameters["error_type"].string_param
             refused_by[kind] = refused_by.get(kind, 0) + 1
             refused_ms.append(latency)
         else:
-            (good if latency <= args.objective_ms else late).append(latency)
-    print(json.dumps({
+            ok_ms.append(latency)
+        log.append({"sent_s": round(sent[request_id] - start, 6), "status": 503 if kind else 200,
+                    "error_type": kind, "latency_ms": round(latency, 3)})
+    good = sum(1 for v in ok_ms if v <= args.objective_ms)
+    result = {
+        "model": args.model,
+        "format": "grpc",
+        "rate": args.rate,
+        "seed": args.seed,
+        "duration_s": args.duration,
+        "objective_ms": args.objective_ms,
         "offered": offered,
-        "answered": len(seen),
-        "unanswered": offered - len(seen),
-        "duplicates": duplicates,
-        "good": len(good),
-        "late": len(late),
-        "late_max_ms": round(max(late), 3) if late else None,
+        "good": good,
+        "goodput": round(good / offered, 4) if offered else None,
+        "late": len(ok_ms) - good,
+        "late_in_server": None,
         "refused": len(refused_ms),
-        "refused_by": refused_by,
+        "refused_by_type": refused_by,
         "refused_p50_ms": percentile(refused_ms, 50),
         "refused_p99_ms": percentile(refused_ms, 99),
-        "ok_p50_ms": percentile(good + late, 50),
-        "ok_p99_ms": percentile(good + late, 99),
-    }))
+        "errors": {"duplicate": duplicates} if duplicates else {},
+        "client_overflow": 0,
+        "unanswered": offered - len(seen),
+        "ok_p50_ms": percentile(ok_ms, 50),
+        "ok_p99_ms": percentile(ok_ms, 99),
+    }
+    return result, log
 
 
 if __name__ == "__main__":
