@@ -34,13 +34,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let runtime = RuntimeBuilder::from_config(clock, &config)?
         .placement(Placement::Threads)
         .start()?;
-    let settings = ApiSettings {
-        max_body_bytes: config.server.max_body_bytes,
-        decode_threads: config.server.decoders(),
-        decode_queue: config.server.decode_queue,
-        answer_late: config.server.answer_late,
-    };
-    let state = ApiState::new(&runtime, settings)?.with_access(Access::from_config(&auth));
+    let state =
+        ApiState::new(&runtime, api_settings(&config))?.with_access(Access::from_config(&auth));
     crate::remote::serve_cluster(&config, &runtime, &state).await?;
     let grpc_state = state.clone();
     let cores = runtime.cores.clone();
@@ -139,6 +134,19 @@ type GrpcServer = (
     tokio::sync::oneshot::Sender<()>,
     tokio::sync::oneshot::Receiver<anyhow::Result<()>>,
 );
+
+/// What the API takes from the `[server]` configuration.
+fn api_settings(config: &Config) -> ApiSettings {
+    let server = &config.server;
+    ApiSettings {
+        max_body_bytes: server.max_body_bytes,
+        decode_threads: server.decoders(),
+        decode_queue: server.decode_queue,
+        answer_late: server.answer_late,
+        grpc_max_connections: server.connections.grpc_max_connections,
+        grpc_preface_within: server.connections.request_head_timeout,
+    }
+}
 
 /// The gRPC server on a thread of its own (its own runtime, as an HTTP worker has; on the
 /// serving thread it competed with the system's timers and accept loop); it stops, after

@@ -4,22 +4,16 @@
 //! start with a message naming it; idle and slow clients do not keep others from being
 //! served in time, and are dropped.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod serve_support;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, Arc};
+use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Kills the server if the test fails half-way.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use serve_support::{spawn_until, Server};
 
 fn tls(cert: &Path, key: &Path) -> String {
     format!(
@@ -62,37 +56,13 @@ slo = "100ms"
 /// Starts `clockwork serve --config <config>`; the address it announced and its log up to
 /// then, or every line it wrote if it exited first.
 fn spawn(config: &Path) -> (Server, Result<String, ()>, Vec<String>) {
-    let child = Command::new(env!("CARGO_BIN_EXE_clockwork"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_clockwork"));
+    command
         .args(["serve", "--config"])
         .arg(config)
         .env("RUST_LOG", "info")
-        .env("CLOCKWORK_INFER_TOKENS", "env-user-token")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start clockwork serve");
-    let mut server = Server(child);
-    let stderr = server.0.stderr.take().expect("stderr");
-    let (lines, log) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = lines.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut seen = Vec::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let Ok(line) = log.recv_timeout(left) else {
-            return (server, Err(()), seen); // exited (or silent past the deadline)
-        };
-        if let Some(rest) = line.split("address=").nth(1) {
-            let address = rest.split_whitespace().next().unwrap_or_default();
-            let address = address.to_owned();
-            seen.push(line);
-            return (server, Ok(address), seen);
-        }
-        seen.push(line);
-    }
+        .env("CLOCKWORK_INFER_TOKENS", "env-user-token");
+    spawn_until(command, "address=")
 }
 
 /// An HTTPS client that trusts `cert` alone.

@@ -85,6 +85,11 @@ pub struct ApiSettings {
     /// Send an answer not ready by its deadline late instead of refusing the request then
     /// (`ServerConfig::answer_late`).
     pub answer_late: bool,
+    /// gRPC connections served at once (`[server.connections] grpc_max_connections`).
+    pub grpc_max_connections: usize,
+    /// Time a new gRPC connection has to send HTTP/2's preface (`[server.connections]
+    /// request_head_timeout`).
+    pub grpc_preface_within: std::time::Duration,
 }
 
 impl Default for ApiSettings {
@@ -94,6 +99,8 @@ impl Default for ApiSettings {
             decode_threads: crate::config::ServerConfig::default().decoders(),
             decode_queue: 256,
             answer_late: false,
+            grpc_max_connections: crate::config::ConnectionConfig::default().grpc_max_connections,
+            grpc_preface_within: crate::config::ConnectionConfig::default().request_head_timeout,
         }
     }
 }

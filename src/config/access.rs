@@ -137,15 +137,18 @@ impl TlsConfig {
     }
 }
 
-/// Limits of the HTTP connections (actix-web's), so that clients that connect and say
-/// nothing, send their headers a byte at a time or keep idle connections open cannot take
-/// the server from others: each is dropped after a bounded time. A slow inference body is
-/// refused by the edge once it cannot be answered in time (`deadline_unreachable`).
+/// Limits of the HTTP connections (actix-web's) and of the gRPC port's
+/// (`api::grpc::incoming`), so that clients that connect and say nothing, send their
+/// headers a byte at a time or keep idle connections open cannot take the server from
+/// others: each is dropped after a bounded time, or (an established gRPC connection)
+/// counted against a bound. A slow inference body is refused by the edge once it cannot
+/// be answered in time (`deadline_unreachable`).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConnectionConfig {
     /// Time a new connection has to deliver its first request's headers, whole; past it
-    /// the server answers 408 and closes it (slow or silent clients).
+    /// the server answers 408 and closes it (slow or silent clients). A gRPC connection
+    /// has as long to send HTTP/2's preface, else it is closed.
     #[serde(with = "humantime_serde")]
     pub request_head_timeout: Duration,
     /// How long an idle connection is kept open between requests.
@@ -162,6 +165,10 @@ pub struct ConnectionConfig {
     pub max_connections: usize,
     /// TLS handshakes each worker runs at once (they cost CPU).
     pub max_tls_handshakes: usize,
+    /// Connections the gRPC port (`grpc_listen`) serves at once; more wait in the listen
+    /// backlog. A gRPC client multiplexes its calls on one connection; the bound keeps
+    /// clients that open many from taking the process's file descriptors.
+    pub grpc_max_connections: usize,
 }
 
 impl Default for ConnectionConfig {
@@ -172,6 +179,7 @@ impl Default for ConnectionConfig {
             disconnect_timeout: Duration::from_secs(1),
             max_connections: 25_000,
             max_tls_handshakes: 256,
+            grpc_max_connections: 1_024,
         }
     }
 }

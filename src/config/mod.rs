@@ -142,7 +142,7 @@ pub struct ServerConfig {
     pub auth: AuthConfig,
     /// Certificate and key for HTTPS (`[server.tls]`).
     pub tls: TlsConfig,
-    /// Timeouts and limits of the HTTP connections (`[server.connections]`).
+    /// Timeouts and limits of the HTTP and gRPC connections (`[server.connections]`).
     pub connections: ConnectionConfig,
 }
 

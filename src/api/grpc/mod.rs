@@ -8,6 +8,7 @@
 //! | `service.rs` | each call, translated to the HTTP route's function and back |
 //! | `infer.rs` | `ModelInfer` through the HTTP route's edge path (`api::front::Front`) |
 //! | `stream.rs` | `ModelStreamInfer`: many requests on one call, each as `ModelInfer`'s |
+//! | `incoming.rs` | the port's connections: how many, the preface's deadline, accept errors |
 //! | `tensors.rs` | protobuf tensors and parameters to the runtime's and back |
 //! | `config.rs` | Triton's model configuration as a message |
 //! | `status.rs` | the one table from an error's outcome to a gRPC code |
@@ -17,6 +18,7 @@
 #![allow(clippy::result_large_err)]
 
 mod config;
+pub mod incoming;
 mod infer;
 pub mod proto;
 mod service;
@@ -26,8 +28,6 @@ mod tensors;
 
 use std::future::Future;
 
-use tokio_stream::wrappers::TcpListenerStream;
-use tokio_stream::StreamExt as _;
 use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
 
@@ -44,8 +44,8 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
-    let clock = state.clock;
-    let limit = state.settings.max_body_bytes;
+    let (clock, settings) = (state.clock, state.settings);
+    let limit = settings.max_body_bytes;
     let closing = CancellationToken::new();
     let streams = closing.clone();
     let shutdown = async move {
@@ -62,12 +62,11 @@ pub async fn serve(
         request.extensions_mut().insert(Arrival(clock.now()));
         Ok(request)
     });
-    // Small answers must leave at once: no Nagle delay on any connection.
-    let incoming = TcpListenerStream::new(listener).map(|stream| {
-        let stream = stream?;
-        stream.set_nodelay(true)?;
-        Ok::<_, std::io::Error>(stream)
-    });
+    let limits = incoming::Limits {
+        max_connections: settings.grpc_max_connections,
+        preface_within: settings.grpc_preface_within,
+    };
+    let incoming = incoming::incoming(listener, limits);
     tonic::transport::Server::builder()
         .add_service(service)
         .serve_with_incoming_shutdown(incoming, shutdown)
