@@ -6,8 +6,10 @@
 //! then stops the actors.
 //!
 //! It also applies `[server.auth]` (with the tokens of the environment, see
-//! `config::AuthConfig`) and `[server.tls]` (`tls.rs`: HTTPS with rustls).
+//! `config::AuthConfig`) and `[server.tls]` (`tls.rs`: HTTPS with rustls), and raises the
+//! process's open-file limit (`files.rs`).
 
+mod files;
 pub mod tls;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -47,6 +49,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let workers = cores
         .as_ref()
         .map_or_else(default_workers, |plan| plan.workers);
+    files::report(files::raise(), connection_bound(&config));
     let next_worker = Arc::new(AtomicUsize::new(0));
     let connections = connection_counter(&state)?;
     let limits = &config.server.connections;
@@ -134,6 +137,20 @@ type GrpcServer = (
     tokio::sync::oneshot::Sender<()>,
     tokio::sync::oneshot::Receiver<anyhow::Result<()>>,
 );
+
+/// How many connections the bounds of `[server.connections]` let one HTTP worker and
+/// the gRPC port (if it is served) hold at once. Not every worker's: a client's
+/// connections go to one worker after another, and on a machine of many cores the sum
+/// is past any descriptor limit while no worker comes near its bound.
+fn connection_bound(config: &Config) -> u64 {
+    let limits = &config.server.connections;
+    let grpc = config
+        .server
+        .grpc_listen
+        .as_ref()
+        .map_or(0, |_| limits.grpc_max_connections);
+    u64::try_from(limits.max_connections.saturating_add(grpc)).unwrap_or(u64::MAX)
+}
 
 /// What the API takes from the `[server]` configuration.
 fn api_settings(config: &Config) -> ApiSettings {

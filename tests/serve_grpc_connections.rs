@@ -1,8 +1,8 @@
-//! The gRPC port of `clockwork serve`, a real process, against clients that open
-//! connections and say nothing: each is closed when it has not sent HTTP/2's preface
-//! within `request_head_timeout`, at most `grpc_max_connections` are served at once, and
-//! a process out of file descriptors accepts again once some are freed, where the port
-//! used to close for good.
+//! The connections of `clockwork serve`, a real process: its gRPC port against clients
+//! that open connections and say nothing (each closed when it has not sent HTTP/2's
+//! preface within `request_head_timeout`, at most `grpc_max_connections` served at once,
+//! and a process out of file descriptors accepting again once some are freed, where the
+//! port used to close for good), and the open-file limit it raises at start.
 
 mod serve_support;
 
@@ -44,14 +44,14 @@ profile = "mlp-small"
     path
 }
 
-/// Starts the server under `sh` with at most `files` file descriptors; its gRPC address
-/// and its log.
-fn spawn(config: &Path, files: u32) -> (Server, String, Vec<String>) {
+/// Starts the server under `sh` after `ulimit <limit>` (`-n 256`: at most 256 file
+/// descriptors); its gRPC address and its log.
+fn spawn(config: &Path, limit: &str) -> (Server, String, Vec<String>) {
     let mut command = Command::new("sh");
     command
         .arg("-c")
         .arg(format!(
-            "ulimit -n {files} && exec \"$0\" serve --config \"$1\""
+            "ulimit {limit} && exec \"$0\" serve --config \"$1\""
         ))
         .arg(env!("CARGO_BIN_EXE_clockwork"))
         .arg(config)
@@ -100,7 +100,7 @@ fn live(address: &str) -> Result<Duration, String> {
 #[test]
 fn a_port_out_of_descriptors_serves_again_once_silent_clients_are_closed() {
     let config = config("grpc-fds", "request_head_timeout = \"1s\"");
-    let (server, address, _) = spawn(&config, 256);
+    let (server, address, _) = spawn(&config, "-n 256");
     live(&address).expect("served before");
     // More silent connections than the process has descriptors: its accepts fail.
     let mut stuck = silent(&address, 400);
@@ -134,7 +134,7 @@ fn a_port_out_of_descriptors_serves_again_once_silent_clients_are_closed() {
 fn at_most_grpc_max_connections_are_served_at_once() {
     let limits = "request_head_timeout = \"1s\"\ngrpc_max_connections = 2";
     let config = config("grpc-max", limits);
-    let (server, address, _) = spawn(&config, 1024);
+    let (server, address, _) = spawn(&config, "-n 1024");
     live(&address).expect("served before");
     std::thread::sleep(Duration::from_millis(200));
     // Two silent connections fill the port: a call waits until one is closed (1 s).
@@ -145,5 +145,33 @@ fn at_most_grpc_max_connections_are_served_at_once() {
     assert!(took >= Duration::from_millis(700), "{took:?}");
     assert!(took < Duration::from_secs(5), "{took:?}");
     drop(stuck);
+    drop(server);
+}
+
+/// The soft and hard open-file limits of process `pid`, as /proc shows them.
+fn open_files(pid: u32) -> (String, String) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("an open-files line");
+    let mut values = line["Max open files".len()..].split_whitespace();
+    let soft = values.next().expect("soft").to_owned();
+    (soft, values.next().expect("hard").to_owned())
+}
+
+#[test]
+fn the_soft_open_file_limit_is_raised_to_the_hard_one() {
+    let config = config("files", "");
+    // A soft limit below the connection bounds, the hard one left as it is.
+    let (server, address, log) = spawn(&config, "-S -n 256");
+    live(&address).expect("served");
+    let (soft, hard) = open_files(server.0.id());
+    // Mutation that breaks it: `files::raise` not called in `serve::run`.
+    assert_eq!(soft, hard, "raised: {log:#?}");
+    let said = log
+        .iter()
+        .any(|l| l.contains("open files: the process may hold"));
+    assert!(said, "the limit is logged: {log:#?}");
     drop(server);
 }
