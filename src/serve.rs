@@ -32,6 +32,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // Who may call, and over what, before anything slow: a bad certificate stops the
     // start at once, not after the models are profiled.
     let (auth, tls) = access(&config)?;
+    // Before anything opens files: models, devices, sockets.
+    let files = files::raise();
     let clock = Clock::start();
     let runtime = RuntimeBuilder::from_config(clock, &config)?
         .placement(Placement::Threads)
@@ -49,7 +51,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let workers = cores
         .as_ref()
         .map_or_else(default_workers, |plan| plan.workers);
-    files::report(files::raise(), connection_bound(&config));
+    files::report(files, connection_bound(&config));
     let next_worker = Arc::new(AtomicUsize::new(0));
     let connections = connection_counter(&state)?;
     let limits = &config.server.connections;
