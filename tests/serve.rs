@@ -1,12 +1,15 @@
 //! `clockwork serve` as a real process: it listens on the port the OS gave it, answers
 //! its health routes, and exits 0 on SIGTERM.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod serve_support;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use serve_support::{spawn_until, Server};
 
 const CONFIG: &str = r#"
 [server]
@@ -20,15 +23,6 @@ profile = "v100"
 name = "resnet50"
 profile = "resnet50"
 "#;
-
-/// Kills the server if the test fails half-way.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-    }
-}
 
 fn status(address: &str, path: &str) -> u16 {
     let mut stream = TcpStream::connect(address).expect("connect");
@@ -50,39 +44,15 @@ fn status(address: &str, path: &str) -> u16 {
 /// announced and its log up to then (read on a thread, so a silent server fails the test
 /// instead of hanging it).
 fn spawn(args: &[&str], cwd: &Path) -> (Server, String, Vec<String>) {
-    let child = Command::new(env!("CARGO_BIN_EXE_clockwork"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_clockwork"));
+    command
         .arg("serve")
         .args(args)
         .current_dir(cwd)
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start clockwork serve");
-    let mut server = Server(child);
-    let stderr = server.0.stderr.take().unwrap();
-    let (lines, log) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = lines.send(line);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut startup = Vec::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = log
-            .recv_timeout(left)
-            .expect("server announces its address");
-        if let Some(rest) = line.split("address=").nth(1) {
-            let address = rest
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_owned();
-            return (server, address, startup);
-        }
-        startup.push(line);
-    }
+        .env("RUST_LOG", "info");
+    let (server, address, startup) = spawn_until(command, "address=");
+    let address = address.unwrap_or_else(|()| panic!("no address announced: {startup:#?}"));
+    (server, address, startup)
 }
 
 /// SIGTERM, then the exit status must be 0.

@@ -22,6 +22,8 @@ import re
 import sys
 
 LOADS = ("0.25", "0.5", "0.8", "1", "1.5", "2")
+# The bodies `run.sh` sends, in the order its tables list them.
+FORMATS = ("json", "binary", "grpc")
 
 # A refusal that took the client longer than this was not "refused early": the issue asks
 # a few ms.
@@ -105,7 +107,7 @@ def print_by_rate(runs, cell):
     names = " | ".join(name for name, _ in runs)
     print(f"| body | load | {names} |")
     print("| --- | --- |" + " --- |" * len(runs))
-    for fmt in ("json", "binary", "grpc"):
+    for fmt in FORMATS:
         for x in LOADS:
             # Runs of some rates only (run.sh --formats, --loads): "-" where a run had
             # none, no row where none had it.

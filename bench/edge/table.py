@@ -15,7 +15,7 @@ import os
 import json
 import sys
 
-from compare import LOADS
+from compare import FORMATS, LOADS
 
 
 def cell(value):
@@ -27,7 +27,7 @@ def main():
     print("| body | load | rate/s | offered | goodput | good/s | late (in server) | refused "
           "| errors | p50 ms | p99 ms | refusal p50 ms | refusal p99 ms |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for fmt in ("json", "binary", "grpc"):
+    for fmt in FORMATS:
         for x in LOADS:
             # A run of some rates only (run.sh --formats, --loads).
             if not os.path.exists(f"{out}/{fmt}-{x}.json"):
@@ -45,7 +45,7 @@ def main():
 def cpu_table(out):
     """CPU over each rate, where the run kept it."""
     rows = []
-    for fmt in ("json", "binary", "grpc"):
+    for fmt in FORMATS:
         for x in LOADS:
             path = f"{out}/cpu-{fmt}-{x}.json"
             if not os.path.exists(path):
