@@ -3,16 +3,19 @@
 Usage: python tritonclient_check.py HOST:PORT
 
 Checks what a Triton user does first: health, server and model metadata, the model
-config, and inference with JSON tensors and with binary tensors; and a pipeline's
+config, and inference with JSON tensors and with binary tensors; a real model's input
+and output in system shared memory (tritonclient's own regions); and a pipeline's
 ensemble config and inference. Exits non-zero with a
 message on the first failure.
 """
 
+import os
 import sys
 import time
 
 import numpy as np
 import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 MODEL = "mlp"
@@ -67,7 +70,8 @@ def main():
     check_real_model(client)
     check_pipeline(client)
     print("tritonclient check passed: health, metadata, config, JSON and binary inference,"
-          " real inference on the cpu backend, a batch of 3 items in one request")
+          " real inference on the cpu backend, a batch of 3 items in one request,"
+          " input and output in system shared memory")
 
 
 def check_pipeline(client):
@@ -114,6 +118,7 @@ def check_real_model(client):
     zeros.set_data_from_numpy(np.zeros_like(data))
     other = client.infer("cnn", [zeros], parameters=slack).as_numpy("output")
     assert not np.allclose(scores, other), (scores, other)
+    check_shared_memory(client, data, scores, slack)
     # A batch of 3 items in one request: row i is what item i alone gets.
     batch = np.random.default_rng(2).random((3, 3, 32, 32), dtype=np.float32)
     many = httpclient.InferInput("input", [3, 3, 32, 32], "FP32")
@@ -125,6 +130,43 @@ def check_real_model(client):
         one.set_data_from_numpy(batch[i:i + 1], binary_data=True)
         alone = client.infer("cnn", [one], parameters=slack).as_numpy("output")
         assert np.allclose(rows[i], alone[0], rtol=1e-4, atol=1e-5), (i, rows[i], alone)
+
+
+def check_shared_memory(client, data, scores, parameters):
+    """The cnn's input read from, and its output written into, regions of one object
+    that tritonclient created (the output's region at an offset): the same scores as the
+    answer that carried them."""
+    key = f"/clockwork-check-{os.getpid()}"
+    at = 16384  # the output's region, past the input's 12,288 bytes
+    handle = shm.create_shared_memory_region("check", key, at + scores.nbytes)
+    try:
+        shm.set_shared_memory_region(handle, [data])
+        client.register_system_shared_memory("check_in", key, data.nbytes)
+        client.register_system_shared_memory("check_out", key, scores.nbytes, offset=at)
+        status = client.get_system_shared_memory_status()
+        assert sorted(r["name"] for r in status) == ["check_in", "check_out"], status
+        assert "system_shared_memory" in client.get_server_metadata()["extensions"]
+        inputs = [httpclient.InferInput("input", [1, 3, 32, 32], "FP32")]
+        inputs[0].set_shared_memory("check_in", data.nbytes)
+        outputs = [httpclient.InferRequestedOutput("output")]
+        outputs[0].set_shared_memory("check_out", scores.nbytes)
+        result = client.infer("cnn", inputs, outputs=outputs, parameters=parameters)
+        output = result.get_output("output")
+        assert output["parameters"]["shared_memory_region"] == "check_out", output
+        written = shm.get_contents_as_numpy(handle, np.float32, [1, 10], offset=at)
+        assert np.array_equal(written, scores), (written, scores)
+        # A region that is not registered is the client's exception, naming it.
+        inputs[0].set_shared_memory("nowhere", data.nbytes)
+        try:
+            client.infer("cnn", inputs, parameters=parameters)
+        except InferenceServerException as error:
+            assert "region 'nowhere'" in str(error), str(error)
+        else:
+            raise AssertionError("an unregistered region was answered")
+        client.unregister_system_shared_memory()
+        assert client.get_system_shared_memory_status() == [], "regions left"
+    finally:
+        shm.destroy_shared_memory_region(handle)
 
 
 if __name__ == "__main__":

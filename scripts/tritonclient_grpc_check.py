@@ -6,10 +6,12 @@ Checks over gRPC what tritonclient_check.py checks over HTTP: health, server and
 metadata, the model config, inference (the client's raw tensors, and typed contents sent
 by hand), errors as gRPC codes, repository load/unload, a pipeline's ensemble config and
 inference; that a real model answers the same over both protocols, a batch of n items
-in one gRPC request included; and Triton's stream API, each request answered once.
+in one gRPC request included, and an input and output in system shared memory; and
+Triton's stream API, each request answered once.
 Exits non-zero with a message on the first failure.
 """
 
+import os
 import queue
 import sys
 
@@ -17,6 +19,7 @@ import grpc
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
@@ -148,6 +151,37 @@ def check_real_model(client, http):
         one.set_data_from_numpy(batch[i:i + 1], binary_data=True)
         alone = http.infer("cnn", [one], parameters=slack).as_numpy("output")
         assert np.allclose(rows[i], alone[0], rtol=1e-4, atol=1e-5), (i, rows[i], alone)
+    check_shared_memory(client, data, scores, slack)
+
+
+def check_shared_memory(client, data, scores, parameters):
+    """The cnn's input and output in two regions that tritonclient created, registered
+    over gRPC: the same scores as the answer that carried them."""
+    keys = [f"/clockwork-grpc-{os.getpid()}-{side}" for side in ("in", "out")]
+    handles = [shm.create_shared_memory_region(f"grpc_{side}", key, size)
+               for side, key, size in zip(("in", "out"), keys, (data.nbytes, scores.nbytes))]
+    try:
+        shm.set_shared_memory_region(handles[0], [data])
+        client.register_system_shared_memory("grpc_in", keys[0], data.nbytes)
+        client.register_system_shared_memory("grpc_out", keys[1], scores.nbytes)
+        status = client.get_system_shared_memory_status(as_json=True)
+        assert sorted(status["regions"]) == ["grpc_in", "grpc_out"], status
+        inputs = [grpcclient.InferInput("input", [1, 3, 32, 32], "FP32")]
+        inputs[0].set_shared_memory("grpc_in", data.nbytes)
+        outputs = [grpcclient.InferRequestedOutput("output")]
+        outputs[0].set_shared_memory("grpc_out", scores.nbytes)
+        result = client.infer("cnn", inputs, outputs=outputs, parameters=parameters)
+        # The message itself: tritonclient's get_output(as_json=True) returns None.
+        output = result.get_output("output")
+        assert output.parameters["shared_memory_region"].string_param == "grpc_out", output
+        written = shm.get_contents_as_numpy(handles[1], np.float32, [1, 10])
+        assert np.array_equal(written, scores), (written, scores)
+        client.unregister_system_shared_memory()
+        status = client.get_system_shared_memory_status(as_json=True)
+        assert not status.get("regions"), status
+    finally:
+        for handle in handles:
+            shm.destroy_shared_memory_region(handle)
 
 
 def main():
@@ -174,7 +208,7 @@ def main():
     check_pipeline(client)
     print("tritonclient gRPC check passed: health, metadata, config, raw and typed inference,"
           " error codes, load/unload, a pipeline, cpu answers equal to HTTP's (a batch of 3 too),"
-          " a stream of requests answered by id")
+          " input and output in system shared memory, a stream of requests answered by id")
 
 
 if __name__ == "__main__":

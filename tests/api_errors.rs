@@ -87,13 +87,13 @@ async fn malformed_requests_are_named_4xx() {
             "bad_input",
             "slo_ms",
         ),
-        // Triton's shared-memory extensions, not served: the data is not in the request,
-        // or the answer would be looked for in a region nobody wrote.
+        // Triton's shared-memory extensions: a region not registered (nor a CUDA one,
+        // which this server does not serve), and a place without its size.
         (
             json!({"inputs": [{"name": "input", "shape": [64], "datatype": "FP32",
                 "parameters": {"shared_memory_region": "in", "shared_memory_byte_size": 256}}]}),
             "bad_input",
-            "input 'input' is placed in shared memory",
+            "no system shared-memory region 'in' is registered",
         ),
         (
             {
@@ -103,7 +103,7 @@ async fn malformed_requests_are_named_4xx() {
                 r
             },
             "bad_input",
-            "output 'output' is placed in shared memory",
+            "output 'output' is placed in region 'out' without 'shared_memory_byte_size'",
         ),
     ];
     for (request, kind, mentions) in cases {

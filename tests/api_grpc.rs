@@ -162,7 +162,7 @@ async fn errors_are_codes_that_name_their_outcome() {
     short.raw_input_contents[0].truncate(8);
     let (code, kind, _) = failure(client.model_infer(short).await);
     assert_eq!((code, kind.as_str()), (Code::InvalidArgument, "bad_input"));
-    // Triton's shared-memory extensions, not served: an input or output placed there.
+    // Triton's shared-memory extensions: places without their sizes.
     let region = |name: &str| {
         let name = infer_parameter::ParameterChoice::StringParam(name.into());
         let parameter = InferParameter {
@@ -176,7 +176,7 @@ async fn errors_are_codes_that_name_their_outcome() {
     let (code, _, message) = failure(client.model_infer(placed).await);
     assert_eq!(code, Code::InvalidArgument);
     assert!(
-        message.contains("input 'input' is placed in shared memory"),
+        message.contains("input 'input' is placed in region 'in' without"),
         "{message}"
     );
     let mut answered_there = mlp(&values, true);
@@ -187,7 +187,7 @@ async fn errors_are_codes_that_name_their_outcome() {
     let (code, _, message) = failure(client.model_infer(answered_there).await);
     assert_eq!(code, Code::InvalidArgument);
     assert!(
-        message.contains("output 'output' is placed in shared memory"),
+        message.contains("output 'output' is placed in region 'out' without"),
         "{message}"
     );
     // A typed value out of its datatype's range; and FP16, which has no typed field.
@@ -405,6 +405,25 @@ async fn calls_need_the_tokens_their_http_routes_need() {
         .repository_model_unload(with(unload(), "admin-1"))
         .await
         .expect("the admin token unloads");
+    // Shared-memory regions are the admin's: a region lets its client have the server
+    // read and write a file.
+    for token in [None, Some("user-2")] {
+        let mut register = tonic::Request::new(SystemSharedMemoryRegisterRequest::default());
+        let mut unregister = tonic::Request::new(SystemSharedMemoryUnregisterRequest::default());
+        if let Some(token) = token {
+            (register, unregister) = (with(register, token), with(unregister, token));
+        }
+        let want = [Code::Unauthenticated, Code::PermissionDenied][usize::from(token.is_some())];
+        let (code, _, _) = failure(client.system_shared_memory_register(register).await);
+        assert_eq!(code, want, "register with {token:?}");
+        let (code, _, _) = failure(client.system_shared_memory_unregister(unregister).await);
+        assert_eq!(code, want, "unregister with {token:?}");
+    }
+    let unregister = tonic::Request::new(SystemSharedMemoryUnregisterRequest::default());
+    client
+        .system_shared_memory_unregister(with(unregister, "admin-1"))
+        .await
+        .expect("the admin token unregisters");
     // Reading calls stay open.
     let ready = ModelReadyRequest {
         name: "mlp".into(),

@@ -37,6 +37,11 @@ async fn every_documented_route_is_served() {
         "/v2/repository/index",
         "/v2/repository/models/{model}/load",
         "/v2/repository/models/{model}/unload",
+        "/v2/systemsharedmemory/status",
+        "/v2/systemsharedmemory/region/{name}/status",
+        "/v2/systemsharedmemory/region/{name}/register",
+        "/v2/systemsharedmemory/unregister",
+        "/v2/systemsharedmemory/region/{name}/unregister",
         "/metrics",
         "/v2/openapi.json",
     ];
@@ -110,6 +115,18 @@ fn answerable() -> Vec<(&'static str, Vec<Outcome>)> {
         (
             "/v2/repository/models/{model}/unload",
             vec![InvalidJson, BadInput, UnknownModel, Unauthorized, Forbidden],
+        ),
+        (
+            "/v2/systemsharedmemory/region/{name}/register",
+            vec![InvalidJson, BadInput, Unauthorized, Forbidden],
+        ),
+        (
+            "/v2/systemsharedmemory/region/{name}/unregister",
+            vec![BadInput, Unauthorized, Forbidden],
+        ),
+        (
+            "/v2/systemsharedmemory/unregister",
+            vec![Unauthorized, Forbidden],
         ),
     ]
 }

@@ -10,6 +10,7 @@ use actix_web::http::header::HeaderMap;
 use super::binary::{self, Sections};
 use super::codec;
 use super::error::ApiError;
+use super::regions::{self, Placement, Regions};
 use super::v2::{self, AnswerParameters, Elements, InferRequest, Parameters};
 use crate::model::{DataType, ModelSpec};
 use crate::tensor::Tensor;
@@ -43,17 +44,19 @@ impl Batch {
     }
 }
 
-/// Splits, parses and checks a body: the work the decode pool does.
+/// Splits, parses and checks a body, reading tensors placed in shared memory from
+/// `regions`: the work the decode pool does.
 pub(super) fn decode_body(
     spec: &ModelSpec,
     headers: &HeaderMap,
     body: web::Bytes,
+    regions: &Regions,
 ) -> Result<Decoded, ApiError> {
     let (json, binary) = binary::split(headers, body)?;
     let request: InferRequest = codec::parse_request(&json).map_err(ApiError::InvalidJson)?;
     let slo = slo(&request.parameters)?;
-    let (inputs, batched) = decode_inputs(spec, &request, binary)?;
-    let outputs = choose_outputs(spec, &request)?;
+    let (inputs, batched) = decode_inputs(spec, &request, binary, regions)?;
+    let outputs = choose_outputs(spec, &request, regions)?;
     Ok(Decoded {
         id: request.id,
         slo,
@@ -82,14 +85,13 @@ fn decode_inputs(
     spec: &ModelSpec,
     request: &InferRequest,
     binary: web::Bytes,
+    regions: &Regions,
 ) -> Result<(Vec<Tensor>, Batch), ApiError> {
     let mut sections = Sections::new(binary);
     let mut tensors = Vec::with_capacity(request.inputs.len());
     let mut items = Items::default();
     for input in &request.inputs {
         let name = &input.name;
-        let placed = input.parameters.contains_key(SHARED_MEMORY);
-        refuse_shared_memory(&format!("input '{name}'"), placed)?;
         let Checked {
             datatype,
             shape,
@@ -97,21 +99,35 @@ fn decode_inputs(
         } = check_input(spec, name, &input.datatype, &input.shape, &mut items)?;
         let binary_size =
             v2::size(&input.parameters, "binary_data_size").map_err(ApiError::bad_input)?;
-        let data: Vec<u8> = match (binary_size, &input.data) {
-            (Some(_), Some(_)) => {
+        let tensor = regions::Tensor {
+            kind: "input",
+            name,
+        };
+        let placed = regions.placement(tensor, &input.parameters)?;
+        let data: Vec<u8> = match (placed, binary_size, &input.data) {
+            (Some(at), None, None) => at.read_input(name, datatype, count)?,
+            (Some(at), _, _) => {
+                return Err(ApiError::bad_input(format!(
+                    "input '{name}' is placed in region '{}' and has data in the request too",
+                    at.name()
+                )))
+            }
+            (None, Some(_), Some(_)) => {
                 return Err(ApiError::bad_input(format!(
                     "input '{name}' has both JSON data and binary_data_size"
                 )))
             }
-            (Some(size), None) => {
+            (None, Some(size), None) => {
                 let section = sections.take(name, size)?;
                 codec::check_raw(name, datatype, count, &section).map_err(ApiError::bad_input)?;
                 section.to_vec()
             }
-            (None, Some(data)) => {
+            (None, None, Some(data)) => {
                 codec::from_json(name, datatype, count, data).map_err(ApiError::bad_input)?
             }
-            (None, None) => return Err(ApiError::bad_input(format!("input '{name}' has no data"))),
+            (None, None, None) => {
+                return Err(ApiError::bad_input(format!("input '{name}' has no data")))
+            }
         };
         tensors.push(Tensor {
             name: name.clone(),
@@ -122,25 +138,6 @@ fn decode_inputs(
     }
     sections.finish()?;
     Ok((tensors, items.batch()))
-}
-
-/// The parameter by which Triton's shared-memory extensions place a tensor in a region
-/// the client registered (its data then not in the request, or its answer looked for
-/// there).
-pub(super) const SHARED_MEMORY: &str = "shared_memory_region";
-
-/// Refuses `tensor` (`"input 'x'"`, `"output 'y'"`) if the client placed it in shared
-/// memory, which this server does not serve: answered from the request instead, the
-/// client would read its output from a region nobody wrote.
-pub(super) fn refuse_shared_memory(tensor: &str, placed: bool) -> Result<(), ApiError> {
-    if !placed {
-        return Ok(());
-    }
-    Err(ApiError::bad_input(format!(
-        "{tensor} is placed in shared memory ('{SHARED_MEMORY}'): this server does not \
-         serve Triton's shared-memory extensions; send the tensor in the request, and take \
-         outputs from the answer"
-    )))
 }
 
 /// An input as a client declared it, checked against the model.
@@ -235,23 +232,37 @@ fn check_items(
     Ok(())
 }
 
-/// An output to answer, and whether as binary data.
+/// An output to answer, and where: as binary data, as JSON, or in shared memory.
 pub(super) struct Wanted {
     pub(super) name: String,
     binary: bool,
+    /// Written into this region instead of the answer.
+    pub(super) placed: Option<Placement>,
 }
 
-/// An output a client asked for by name, which the model must have.
-pub(super) fn wanted(spec: &ModelSpec, name: &str, binary: bool) -> Result<Wanted, ApiError> {
+/// An output a client asked for by name, which the model must have, and which its
+/// `parameters` may place in one of `regions`.
+pub(super) fn wanted(
+    spec: &ModelSpec,
+    name: &str,
+    binary: bool,
+    regions: &Regions,
+    parameters: &Parameters,
+) -> Result<Wanted, ApiError> {
     if !spec.outputs.iter().any(|o| o.name == name) {
         return Err(ApiError::bad_input(format!(
             "model '{}' has no output '{name}'",
             spec.name
         )));
     }
+    let tensor = regions::Tensor {
+        kind: "output",
+        name,
+    };
     Ok(Wanted {
         name: name.to_owned(),
         binary,
+        placed: regions.placement(tensor, parameters)?,
     })
 }
 
@@ -260,12 +271,17 @@ pub(super) fn all_outputs(spec: &ModelSpec, binary: bool) -> Vec<Wanted> {
     let all = spec.outputs.iter().map(|o| Wanted {
         name: o.name.clone(),
         binary,
+        placed: None,
     });
     all.collect()
 }
 
 /// The outputs to answer: those requested, in order, else all of the model's.
-fn choose_outputs(spec: &ModelSpec, request: &InferRequest) -> Result<Vec<Wanted>, ApiError> {
+fn choose_outputs(
+    spec: &ModelSpec,
+    request: &InferRequest,
+    regions: &Regions,
+) -> Result<Vec<Wanted>, ApiError> {
     let all_binary =
         v2::flag(&request.parameters, "binary_data_output").map_err(ApiError::bad_input)?;
     let Some(requested) = &request.outputs else {
@@ -274,20 +290,19 @@ fn choose_outputs(spec: &ModelSpec, request: &InferRequest) -> Result<Vec<Wanted
     requested
         .iter()
         .map(|output| {
-            let placed = output.parameters.contains_key(SHARED_MEMORY);
-            refuse_shared_memory(&format!("output '{}'", output.name), placed)?;
             let binary = match output.parameters.get("binary_data") {
                 Some(_) => {
                     v2::flag(&output.parameters, "binary_data").map_err(ApiError::bad_input)?
                 }
                 None => all_binary,
             };
-            wanted(spec, &output.name, binary)
+            wanted(spec, &output.name, binary, regions, &output.parameters)
         })
         .collect()
 }
 
-/// The response of `outputs` (a model's or a pipeline's), with its `parameters`.
+/// The response of `outputs` (a model's or a pipeline's), with its `parameters`; outputs
+/// placed in shared memory are written there first (an error if one does not fit).
 pub(super) fn respond(
     spec: &ModelSpec,
     id: Option<String>,
@@ -295,7 +310,7 @@ pub(super) fn respond(
     wanted: &[Wanted],
     batched: Batch,
     parameters: AnswerParameters,
-) -> HttpResponse {
+) -> Result<HttpResponse, ApiError> {
     let mut outputs = Vec::with_capacity(wanted.len());
     let mut binary = Vec::new();
     let mut elements = 0;
@@ -307,7 +322,10 @@ pub(super) fn respond(
             continue;
         };
         let mut parameters = Parameters::new();
-        let data = if want.binary {
+        let data = if let Some(at) = &want.placed {
+            parameters = at.write_output(&want.name, &tensor.data)?;
+            None
+        } else if want.binary {
             parameters.insert("binary_data_size".into(), tensor.data.len().into());
             binary.push(web::Bytes::copy_from_slice(&tensor.data));
             None
@@ -340,7 +358,7 @@ pub(super) fn respond(
     if serde_json::to_writer(&mut json, &response).is_err() {
         json = b"{}".to_vec();
     }
-    binary::respond(json, binary)
+    Ok(binary::respond(json, binary))
 }
 
 /// [`v2::InferResponse`] as an answer writes it: the same fields, in the same order, with the

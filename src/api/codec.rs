@@ -116,12 +116,7 @@ pub fn bytes_elements(data: &[u8]) -> Option<Vec<&[u8]>> {
 /// Checks that raw (binary) data holds exactly `count` elements of `datatype`.
 pub fn check_raw(name: &str, datatype: DataType, count: usize, data: &[u8]) -> Result<(), String> {
     match datatype.size() {
-        // A declared count whose byte size overflows cannot match any body.
-        Some(size) if count.checked_mul(size) != Some(data.len()) => Err(format!(
-            "input '{name}' has {} bytes of binary data, its shape needs {count} elements of {size} bytes",
-            data.len(),
-        )),
-        Some(_) => Ok(()),
+        Some(_) => check_raw_len(name, datatype, count, data.len()),
         None => match bytes_elements(data) {
             Some(found) if found.len() == count => Ok(()),
             Some(found) => Err(format!(
@@ -132,6 +127,23 @@ pub fn check_raw(name: &str, datatype: DataType, count: usize, data: &[u8]) -> R
                 "input '{name}' has BYTES data whose length prefixes overrun it"
             )),
         },
+    }
+}
+
+/// Checks that `len` bytes can hold exactly `count` elements of `datatype`, before they
+/// are read; BYTES, whose elements vary in length, passes (only its data can tell).
+pub fn check_raw_len(
+    name: &str,
+    datatype: DataType,
+    count: usize,
+    len: usize,
+) -> Result<(), String> {
+    match datatype.size() {
+        // A declared count whose byte size overflows cannot match any body.
+        Some(size) if count.checked_mul(size) != Some(len) => Err(format!(
+            "input '{name}' has {len} bytes of binary data, its shape needs {count} elements of {size} bytes",
+        )),
+        _ => Ok(()),
     }
 }
 

@@ -339,10 +339,12 @@ impl<'a> Front<'a> {
     /// The one call every protocol makes of a decoded request: a [`Submit`] to the
     /// controller or a pipeline's root request, with the arrival and the way back; then
     /// the answer encoded by `encode`, the way back learned, lateness and latency counted.
+    /// An encoding that fails (an output that does not fit the region it was placed in)
+    /// is the request's error.
     pub(super) async fn answer<R>(
         &self,
         mut decoded: Decoded,
-        encode: impl FnOnce(&ModelSpec, &Decoded, Answer) -> R,
+        encode: impl FnOnce(&ModelSpec, &Decoded, Answer) -> Result<R, ApiError>,
     ) -> Result<Delivered<R>, ApiError> {
         let slo = decoded.slo.unwrap_or(self.target.spec().slo);
         let edge = Edge {
@@ -391,7 +393,7 @@ impl<'a> Front<'a> {
             }
         })?;
         let (ended, exec) = (answer.ended, answer.exec);
-        let response = encode(self.target.spec(), &decoded, answer);
+        let response = encode(self.target.spec(), &decoded, answer)?;
         let done = self.took(Phase::Respond, ended);
         if done > self.arrival.saturating_add(slo) {
             self.state.metrics.late_at_edge(&self.key);

@@ -16,6 +16,7 @@ pub const EXTENSIONS: &[&str] = &[
     "model_configuration",
     "model_repository",
     "parameters",
+    "system_shared_memory",
 ];
 
 /// `GET /v2`: who the server is.

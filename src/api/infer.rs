@@ -122,7 +122,8 @@ pub(super) async fn run(
     let (body, read) = front.read(body, edge::declared(request), judged).await?;
     let headers = binary_header(request);
     let small = body.len() <= decode::INLINE_DECODE_BYTES;
-    let job = move |spec: &ModelSpec| decode_body(spec, &headers, body);
+    let regions = std::sync::Arc::clone(&state.regions);
+    let job = move |spec: &ModelSpec| decode_body(spec, &headers, body, &regions);
     let decoded = front.decode(small, read, job).await?;
     let delivered = front
         .answer(decoded, |spec, decoded, answer| {

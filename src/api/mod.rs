@@ -1,6 +1,6 @@
 //! The HTTP API (actix-web): the Open Inference Protocol (KServe V2) with Triton's binary
-//! tensor data, model configuration and model repository extensions, Prometheus metrics
-//! and an OpenAPI document.
+//! tensor data, model configuration, model repository and system shared-memory extensions,
+//! Prometheus metrics and an OpenAPI document.
 //!
 //! Handlers only translate: HTTP in, a typed message to the controller, HTTP out.
 //!
@@ -17,6 +17,7 @@
 //! | `v2.rs`, `codec.rs` | protocol bodies; tensor data to bytes and back |
 //! | `binary.rs` | Triton's binary tensor data extension |
 //! | `repository.rs` | Triton's model repository extension |
+//! | `shm.rs`, `regions.rs` | Triton's system shared-memory extension: the routes; the regions, read and written by requests |
 //! | `trace.rs` | debug log lines of each batch (planned, measured) and each request refused or late, with its times |
 //! | `metrics/` | `/metrics`, fed by the runtime's events: per-model counters and latency histograms, the front end's, the devices', the pipelines' |
 //! | `openapi.rs` | `/v2/openapi.json`, collected from the routes |
@@ -41,10 +42,12 @@ mod metrics;
 mod models;
 pub mod openapi;
 mod pipelines;
+mod regions;
 mod relay;
 mod repository;
 mod server_timing;
 mod shed;
+mod shm;
 mod target;
 mod trace;
 mod v2;
@@ -131,6 +134,8 @@ pub struct ApiState {
     pub pipeline_host: PipelineHost,
     /// The live dashboard's snapshot and event source.
     pub dashboard: dashboard::Dashboard,
+    /// Shared-memory regions clients registered to place tensors in (`regions.rs`).
+    pub regions: Arc<regions::Regions>,
     /// Repository models that could not be registered, with the reason.
     refused: Arc<Mutex<BTreeMap<String, String>>>,
     /// Held while a model is registered (one at a time).
@@ -170,6 +175,7 @@ impl ApiState {
             pipelines: runtime.pipelines.clone(),
             pipeline_host: runtime.pipeline_host.clone(),
             dashboard,
+            regions: Arc::default(),
             refused: Arc::new(Mutex::new(runtime.refused.iter().cloned().collect())),
             registering: Arc::default(),
             openapi: web::Bytes::from(openapi),
@@ -241,6 +247,11 @@ pub fn services(config: &mut ServiceConfig) {
         .service(repository::index)
         .service(repository::load)
         .service(repository::unload)
+        .service(shm::status)
+        .service(shm::region_status)
+        .service(shm::register)
+        .service(shm::unregister_all)
+        .service(shm::unregister)
         .service(metrics::prometheus_text)
         .service(openapi::openapi_json);
 }

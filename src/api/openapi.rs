@@ -16,7 +16,8 @@ use super::ApiState;
     info(
         title = "clockwork",
         description = "Open Inference Protocol (KServe V2) with Triton's binary tensor data, \
-            model configuration and model repository extensions. Every error answers \
+            model configuration, model repository and system shared-memory extensions. \
+            Every error answers \
             {\"error\": message, \"error_type\": kind}."
     ),
     components(schemas(ErrorBody)),
@@ -25,6 +26,7 @@ use super::ApiState;
         (name = "models", description = "model metadata, readiness, Triton configuration"),
         (name = "inference", description = "inference with JSON or binary tensors"),
         (name = "repository", description = "Triton's model repository extension"),
+        (name = "shared memory", description = "Triton's system shared-memory extension: regions of /dev/shm objects that requests place tensors in"),
         (name = "server", description = "metrics and this document"),
     )
 )]

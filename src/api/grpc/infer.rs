@@ -57,7 +57,8 @@ async fn run(
     front.admit_before_reading()?;
     let read = front.took(Phase::Read, arrival);
     let small = request.encoded_len() <= decode::INLINE_DECODE_BYTES;
-    let job = move |spec: &_| tensors::decode(spec, request);
+    let regions = std::sync::Arc::clone(&state.regions);
+    let job = move |spec: &_| tensors::decode(spec, request, &regions);
     let decoded = front.decode(small, read, job).await?;
     front.answer(decoded, tensors::encode).await
 }

@@ -1,5 +1,6 @@
 //! `inference.GRPCInferenceService`: each call translated to the function the HTTP route
-//! calls (`health.rs`, `models.rs`, `repository.rs`, `infer.rs`) and its answer back.
+//! calls (`health.rs`, `models.rs`, `repository.rs`, `infer.rs`, `regions.rs`) and its
+//! answer back.
 //! The calls that change state or infer need the tokens their HTTP routes need
 //! (`access.rs`, as `authorization: Bearer <token>` metadata); reading calls are open.
 
@@ -7,10 +8,12 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::super::error::ApiError;
+use super::super::regions::RegionStatus;
 use super::super::{health, models, repository, ApiState};
 use super::proto::grpc_inference_service_server::GrpcInferenceService;
 use super::proto::model_metadata_response::TensorMetadata;
 use super::proto::repository_index_response::ModelIndex;
+use super::proto::system_shared_memory_status_response::RegionStatus as ProtoRegion;
 use super::proto::*;
 use super::status::status;
 use super::{config, infer, stream};
@@ -178,5 +181,50 @@ impl GrpcInferenceService for GrpcApi {
         let unloaded = repository::refuse_overrides(r.parameters.keys().map(String::as_str))
             .and_then(|()| repository::unload_model(&self.state, &r.model_name));
         answer(unloaded.map(|()| RepositoryModelUnloadResponse {}))
+    }
+
+    async fn system_shared_memory_status(
+        &self,
+        request: Request<SystemSharedMemoryStatusRequest>,
+    ) -> Answer<SystemSharedMemoryStatusResponse> {
+        let name = request.into_inner().name;
+        let listed = self.state.regions.status(version(&name));
+        let region = |r: RegionStatus| {
+            let status = ProtoRegion {
+                name: r.name.clone(),
+                key: r.key,
+                offset: r.offset,
+                byte_size: r.byte_size,
+            };
+            (r.name, status)
+        };
+        answer(listed.map(|all| SystemSharedMemoryStatusResponse {
+            regions: all.into_iter().map(region).collect(),
+        }))
+    }
+
+    async fn system_shared_memory_register(
+        &self,
+        request: Request<SystemSharedMemoryRegisterRequest>,
+    ) -> Answer<SystemSharedMemoryRegisterResponse> {
+        allowed(&self.state, &request, Role::Admin)?;
+        let r = request.into_inner();
+        let registered = self.state.regions.register(RegionStatus {
+            name: r.name,
+            key: r.key,
+            offset: r.offset,
+            byte_size: r.byte_size,
+        });
+        answer(registered.map(|()| SystemSharedMemoryRegisterResponse {}))
+    }
+
+    async fn system_shared_memory_unregister(
+        &self,
+        request: Request<SystemSharedMemoryUnregisterRequest>,
+    ) -> Answer<SystemSharedMemoryUnregisterResponse> {
+        allowed(&self.state, &request, Role::Admin)?;
+        let name = request.into_inner().name;
+        let unregistered = self.state.regions.unregister(version(&name));
+        answer(unregistered.map(|()| SystemSharedMemoryUnregisterResponse {}))
     }
 }

@@ -1,17 +1,20 @@
 //! A `ModelInferRequest` into the front end's [`Decoded`] and an answer back into a
 //! `ModelInferResponse`: tensors as raw little-endian bytes (`raw_input_contents`, one
-//! entry per input) or typed contents, parameters both ways.
+//! entry per input not placed in shared memory), typed contents, or in a shared-memory
+//! region (`regions.rs`); parameters both ways.
 //!
 //! Every check of a tensor against the model is the HTTP path's (`body::check_input`,
 //! `codec::check_raw`, `body::wanted`); only the protobuf layout is this module's.
-//! Outputs always go back raw (`raw_output_contents`), as Triton's server does and its
-//! clients expect.
+//! Outputs go back raw (`raw_output_contents`), as Triton's server does and its clients
+//! expect, or into their region (their raw entry then empty, so that the entries still
+//! line up with the outputs).
 
 use serde_json::Value;
 
 use super::super::body::{self, all_outputs, check_input, wanted, Answer, Checked, Decoded, Items};
 use super::super::codec;
 use super::super::error::ApiError;
+use super::super::regions::{self, Regions};
 use super::super::v2::{datatype_name, Parameters};
 use super::proto::infer_parameter::ParameterChoice;
 use super::proto::model_infer_response::InferOutputTensor;
@@ -61,40 +64,48 @@ pub fn proto_parameters(
         .collect()
 }
 
-/// Turns a request into the runtime's tensors against `spec`: the decode pool's job.
-pub fn decode(spec: &ModelSpec, request: ModelInferRequest) -> Result<Decoded, ApiError> {
+/// Turns a request into the runtime's tensors against `spec`, reading those placed in
+/// shared memory from `regions`: the decode pool's job.
+pub fn decode(
+    spec: &ModelSpec,
+    request: ModelInferRequest,
+    regions: &Regions,
+) -> Result<Decoded, ApiError> {
     let slo = body::slo(&json_parameters(&request.parameters))?;
-    let raw = request.raw_input_contents;
-    if !raw.is_empty() && raw.len() != request.inputs.len() {
-        return Err(ApiError::bad_input(format!(
-            "raw_input_contents has {} entries for {} inputs: send one per input, or none",
-            raw.len(),
-            request.inputs.len()
-        )));
-    }
+    let mut raw = Raw::new(request.raw_input_contents);
     let mut inputs = Vec::with_capacity(request.inputs.len());
     let mut items = Items::default();
-    for (i, input) in request.inputs.into_iter().enumerate() {
+    for input in request.inputs {
         let name = input.name;
-        let placed = input.parameters.contains_key(body::SHARED_MEMORY);
-        body::refuse_shared_memory(&format!("input '{name}'"), placed)?;
         let Checked {
             datatype,
             shape,
             count,
         } = check_input(spec, &name, &input.datatype, &input.shape, &mut items)?;
-        let data: std::sync::Arc<[u8]> = match (raw.get(i), input.contents) {
-            (Some(bytes), None) => {
-                codec::check_raw(&name, datatype, count, bytes).map_err(ApiError::bad_input)?;
-                bytes[..].into()
-            }
-            (None, Some(contents)) => typed(&name, datatype, count, contents)?.into(),
-            (Some(_), Some(_)) => {
+        let tensor = regions::Tensor {
+            kind: "input",
+            name: &name,
+        };
+        let placed = regions.placement(tensor, &json_parameters(&input.parameters))?;
+        let data: std::sync::Arc<[u8]> = match (placed, input.contents) {
+            (Some(at), None) => at.read_input(&name, datatype, count)?.into(),
+            (Some(at), Some(_)) => {
                 return Err(ApiError::bad_input(format!(
-                    "input '{name}' has both contents and raw_input_contents"
+                    "input '{name}' is placed in region '{}' and has contents too",
+                    at.name()
                 )))
             }
-            (None, None) => return Err(ApiError::bad_input(format!("input '{name}' has no data"))),
+            (None, contents) => match (raw.next(&name, contents.is_some())?, contents) {
+                (Some(bytes), _) => {
+                    codec::check_raw(&name, datatype, count, &bytes)
+                        .map_err(ApiError::bad_input)?;
+                    bytes[..].into()
+                }
+                (None, Some(contents)) => typed(&name, datatype, count, contents)?.into(),
+                (None, None) => {
+                    return Err(ApiError::bad_input(format!("input '{name}' has no data")))
+                }
+            },
         };
         inputs.push(Tensor {
             name,
@@ -103,13 +114,13 @@ pub fn decode(spec: &ModelSpec, request: ModelInferRequest) -> Result<Decoded, A
             data,
         });
     }
+    raw.finish()?;
     let outputs = if request.outputs.is_empty() {
         all_outputs(spec, true)
     } else {
         let asked = request.outputs.iter().map(|o| {
-            let placed = o.parameters.contains_key(body::SHARED_MEMORY);
-            body::refuse_shared_memory(&format!("output '{}'", o.name), placed)?;
-            wanted(spec, &o.name, true)
+            let parameters = json_parameters(&o.parameters);
+            wanted(spec, &o.name, true, regions, &parameters)
         });
         asked.collect::<Result<_, _>>()?
     };
@@ -120,6 +131,56 @@ pub fn decode(spec: &ModelSpec, request: ModelInferRequest) -> Result<Decoded, A
         batched: items.batch(),
         outputs,
     })
+}
+
+/// `raw_input_contents`, taken in order by the inputs that are neither typed nor in
+/// shared memory: all of them, or none.
+struct Raw {
+    entries: std::vec::IntoIter<bytes::Bytes>,
+    /// Entries the request sent.
+    sent: usize,
+}
+
+impl Raw {
+    fn new(entries: Vec<bytes::Bytes>) -> Self {
+        Self {
+            sent: entries.len(),
+            entries: entries.into_iter(),
+        }
+    }
+
+    /// The error of entries that are not one per input that reads them.
+    fn miscounted(&self) -> ApiError {
+        ApiError::bad_input(format!(
+            "raw_input_contents has {} entries, not one per input outside shared memory: \
+             send one per such input, in order, or none",
+            self.sent
+        ))
+    }
+
+    /// The next entry, for an input not in shared memory (`typed`: it has contents).
+    fn next(&mut self, name: &str, typed: bool) -> Result<Option<bytes::Bytes>, ApiError> {
+        if self.sent == 0 {
+            return Ok(None);
+        }
+        if typed {
+            return Err(ApiError::bad_input(format!(
+                "input '{name}' has both contents and raw_input_contents"
+            )));
+        }
+        match self.entries.next() {
+            Some(entry) => Ok(Some(entry)),
+            None => Err(self.miscounted()),
+        }
+    }
+
+    /// Refuses a request that sent more entries than its inputs read.
+    fn finish(mut self) -> Result<(), ApiError> {
+        match self.entries.next() {
+            Some(_) => Err(self.miscounted()),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Each value in the narrower type `T`, as little-endian bytes; one out of its range is
@@ -209,8 +270,13 @@ fn typed(
     }
 }
 
-/// The answer to a request: the outputs it asked for, in its order, all raw.
-pub fn encode(spec: &ModelSpec, decoded: &Decoded, answer: Answer) -> ModelInferResponse {
+/// The answer to a request: the outputs it asked for, in its order, raw or written into
+/// the region the request placed them in.
+pub fn encode(
+    spec: &ModelSpec,
+    decoded: &Decoded,
+    answer: Answer,
+) -> Result<ModelInferResponse, ApiError> {
     let mut outputs = Vec::with_capacity(decoded.outputs.len());
     let mut raw = Vec::with_capacity(decoded.outputs.len());
     for want in &decoded.outputs {
@@ -221,16 +287,22 @@ pub fn encode(spec: &ModelSpec, decoded: &Decoded, answer: Answer) -> ModelInfer
         };
         let batch = decoded.batched.leading().map(i64::from);
         let item = tensor.shape.iter().map(|&d| d as i64);
+        let placed = want.placed.as_ref();
+        let placed = placed.map(|at| at.write_output(&want.name, &tensor.data));
+        let parameters = placed.transpose()?.map(proto_parameters);
+        raw.push(match parameters {
+            Some(_) => Vec::new(),
+            None => tensor.data.to_vec(),
+        });
         outputs.push(InferOutputTensor {
             name: tensor.name.clone(),
             datatype: datatype_name(tensor.datatype).to_owned(),
             shape: batch.into_iter().chain(item).collect(),
-            parameters: Default::default(),
+            parameters: parameters.unwrap_or_default(),
             contents: None,
         });
-        raw.push(tensor.data.to_vec());
     }
-    ModelInferResponse {
+    Ok(ModelInferResponse {
         model_name: spec.name.clone(),
         model_version: spec.version.to_string(),
         id: decoded.id.clone().unwrap_or_default(),
@@ -238,5 +310,5 @@ pub fn encode(spec: &ModelSpec, decoded: &Decoded, answer: Answer) -> ModelInfer
         parameters: proto_parameters(answer.parameters.to_map()),
         outputs,
         raw_output_contents: raw,
-    }
+    })
 }
