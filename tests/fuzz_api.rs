@@ -1,7 +1,8 @@
-//! Fuzzing the inference body decoding (V2 JSON, Triton binary tensors: `src/api/body.rs`,
-//! `binary.rs`, `codec.rs`, `v2.rs`) through a real server on port 0: valid requests with
-//! mutated fields (shapes, datatypes, `binary_data_size`, `Inference-Header-Content-Length`,
-//! huge numbers, deep nesting) and then mutated bytes. Every body gets a JSON answer, a
+//! Fuzzing the inference body decoding (V2 JSON, Triton binary tensors, tensors placed in
+//! a system shared-memory region: `src/api/body.rs`, `binary.rs`, `codec.rs`, `v2.rs`,
+//! `regions.rs`) through a real server on port 0: valid requests with mutated fields
+//! (shapes, datatypes, `binary_data_size`, `Inference-Header-Content-Length`, a region's
+//! name, size and offset, huge numbers, deep nesting) and then mutated bytes. Every body gets a JSON answer, a
 //! success or a 4xx/503 of a known kind, never a 5xx failure or a dropped connection, and
 //! the server stays ready and keeps serving.
 
@@ -128,7 +129,41 @@ fn seeds() -> Vec<Body> {
                 {"name": "s", "shape": [2], "datatype": "BYTES", "parameters": {"binary_data_size": 10}}]}),
             [&floats[..64], &text[..]].concat(),
         ),
+        Body::json(
+            "mlp",
+            json!({"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32",
+                "parameters": {"shared_memory_region": REGION, "shared_memory_byte_size": 256}}],
+              "outputs": [{"name": "output", "parameters": {"shared_memory_region": REGION,
+                "shared_memory_byte_size": 40, "shared_memory_offset": 512}}]}),
+        ),
     ]
+}
+
+/// The shared-memory region the fuzzed requests may place tensors in: `REGION_BYTES` of a
+/// `/dev/shm` object of this process, registered at the start.
+const REGION: &str = "fuzz";
+const REGION_BYTES: usize = 1024;
+
+/// The region's object, removed when dropped.
+struct Object(std::path::PathBuf);
+
+impl Drop for Object {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Creates the object and registers [`REGION`] on `server`.
+async fn register_region(server: &api_support::TestServer) -> Object {
+    let name = format!("clockwork-fuzz-{}", std::process::id());
+    let path = std::path::PathBuf::from("/dev/shm").join(&name);
+    std::fs::write(&path, vec![0u8; REGION_BYTES]).expect("write /dev/shm object");
+    let object = Object(path);
+    let body = json!({"key": format!("/{name}"), "byte_size": REGION_BYTES});
+    let route = format!("/v2/systemsharedmemory/region/{REGION}/register");
+    let (status, answer) = server.post_json(&route, &body).await;
+    assert_eq!(status, 200, "{answer}");
+    object
 }
 
 /// Numbers that break decoders.
@@ -155,6 +190,15 @@ enum Field {
     Header(usize),
     Parameter(usize),
     Drop(usize),
+    /// Input `.0` placed in region `.1` of [`PLACES`], with `NUMBERS[.2]` bytes at offset
+    /// `NUMBERS[.3]`.
+    Placed(usize, usize, usize, usize),
+}
+
+/// Regions a request may name: the registered one, one that is not, and names that are
+/// not names.
+fn places() -> [Value; 4] {
+    [json!(REGION), json!("nowhere"), json!(5), json!("")]
 }
 
 const DATATYPES: &[&str] = &[
@@ -174,7 +218,9 @@ fn field() -> impl Strategy<Value = Field> {
         (index.clone(), 0usize..6).prop_map(|(i, d)| Field::Data(i, d)),
         (0usize..7).prop_map(Field::Header),
         (0usize..6).prop_map(Field::Parameter),
-        index.prop_map(Field::Drop),
+        index.clone().prop_map(Field::Drop),
+        (index, 0..places().len(), 0..NUMBERS.len(), 0..NUMBERS.len())
+            .prop_map(|(i, r, n, o)| Field::Placed(i, r, n, o)),
     ]
 }
 
@@ -228,6 +274,10 @@ fn change(body: &mut Body, change: &Field) {
                 _ => json!({"slo_ms": 0.000001}),
             }
         }
+        Field::Placed(i, r, n, o) => with_input(json, *i, |v| {
+            v["parameters"] = json!({"shared_memory_region": places()[*r],
+                "shared_memory_byte_size": NUMBERS[*n], "shared_memory_offset": NUMBERS[*o]});
+        }),
         Field::Drop(i) => with_input(json, *i, |v| {
             if let Some(map) = v.as_object_mut() {
                 let key = map.keys().nth(*i).cloned();
@@ -312,6 +362,14 @@ async fn assert_serving(server: &api_support::TestServer) {
 #[actix_web::test]
 async fn every_fuzzed_body_gets_a_typed_answer_and_the_server_stays_ready() {
     let server = server().await;
+    let _region = register_region(&server).await;
+    // The region's seed unchanged is served: the fuzzer starts from a request that works.
+    let placed = seeds().pop().expect("seeds");
+    let (headers, bytes) = placed.encode(&[]);
+    let (status, _, answer) = server
+        .post_raw("/v2/models/mlp/infer", &headers, bytes)
+        .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
     let seeds = seeds();
     let mut runner = TestRunner::deterministic();
     let strategy = fuzzed();
@@ -361,6 +419,30 @@ async fn a_shape_of_2_pow_40_is_refused_before_anything_is_allocated() {
         .post_raw("/v2/models/dynamic/infer", &[], bytes)
         .await;
     assert_eq!(status, 400, "{}", String::from_utf8_lossy(&answer));
+    assert_serving(&server).await;
+    server.stop().await;
+}
+
+/// A BYTES input (whose length only its data tells) placed in shared memory with a size of
+/// 2^60 is refused by its region's size, before a buffer of that size is asked for.
+#[actix_web::test]
+async fn a_placed_size_past_its_region_is_refused_before_anything_is_allocated() {
+    let server = server().await;
+    let _region = register_region(&server).await;
+    let placed = json!({"shared_memory_region": REGION, "shared_memory_byte_size": 1u64 << 60});
+    let body = json!({"inputs": [
+        {"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0]},
+        {"name": "s", "shape": [1], "datatype": "BYTES", "parameters": placed}]});
+    let answer = server.post_json("/v2/models/dynamic/infer", &body).await;
+    assert_eq!(answer.0, 400, "{}", answer.1);
+    assert!(
+        answer.1["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("which holds 1024"),
+        "{}",
+        answer.1
+    );
     assert_serving(&server).await;
     server.stop().await;
 }

@@ -323,7 +323,7 @@ pub(super) fn respond(
         };
         let mut parameters = Parameters::new();
         let data = if let Some(at) = &want.placed {
-            parameters = at.write_output(&want.name, &tensor.data)?;
+            at.write_output(&want.name, &tensor.data)?;
             None
         } else if want.binary {
             parameters.insert("binary_data_size".into(), tensor.data.len().into());

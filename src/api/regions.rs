@@ -290,17 +290,16 @@ impl Placement {
         Ok(bytes)
     }
 
-    /// Writes output `name`'s `data` here; the parameters that say so in the answer.
-    pub(super) fn write_output(&self, name: &str, data: &[u8]) -> Result<Parameters, ApiError> {
+    /// Writes output `name`'s `data` here. The answer then names the output (its
+    /// datatype and shape) with neither data nor parameters, as Triton's server answers:
+    /// Triton's C++ HTTP client (perf_analyzer's) takes an output with parameters to be
+    /// binary data and fails without its `binary_data_size`.
+    pub(super) fn write_output(&self, name: &str, data: &[u8]) -> Result<(), ApiError> {
         let tensor = Tensor {
             kind: "output",
             name,
         };
-        self.write(tensor, data)?;
-        let mut parameters = Parameters::new();
-        parameters.insert(REGION.into(), self.name().into());
-        parameters.insert(BYTE_SIZE.into(), data.len().into());
-        Ok(parameters)
+        self.write(tensor, data)
     }
 
     /// The tensor's bytes, read from the region.

@@ -7,7 +7,7 @@
 //! `codec::check_raw`, `body::wanted`); only the protobuf layout is this module's.
 //! Outputs go back raw (`raw_output_contents`), as Triton's server does and its clients
 //! expect, or into their region (their raw entry then empty, so that the entries still
-//! line up with the outputs).
+//! line up with the outputs, and no data or parameters in the answer, as over HTTP).
 
 use serde_json::Value;
 
@@ -287,18 +287,18 @@ pub fn encode(
         };
         let batch = decoded.batched.leading().map(i64::from);
         let item = tensor.shape.iter().map(|&d| d as i64);
-        let placed = want.placed.as_ref();
-        let placed = placed.map(|at| at.write_output(&want.name, &tensor.data));
-        let parameters = placed.transpose()?.map(proto_parameters);
-        raw.push(match parameters {
-            Some(_) => Vec::new(),
+        raw.push(match &want.placed {
+            Some(at) => {
+                at.write_output(&want.name, &tensor.data)?;
+                Vec::new()
+            }
             None => tensor.data.to_vec(),
         });
         outputs.push(InferOutputTensor {
             name: tensor.name.clone(),
             datatype: datatype_name(tensor.datatype).to_owned(),
             shape: batch.into_iter().chain(item).collect(),
-            parameters: parameters.unwrap_or_default(),
+            parameters: Default::default(),
             contents: None,
         });
     }
