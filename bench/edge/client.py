@@ -2,8 +2,10 @@
 """Open-loop Poisson client for the KServe V2 inference route, as an outside user runs it.
 
 A separate process that knows nothing of clockwork's code: it reads the model's metadata
-(GET /v2/models/<model>), builds one request body (JSON tensors or Triton's binary tensor
-extension), then sends requests at Poisson arrival times whatever the server answers
+(GET /v2/models/<model>), builds one request body (JSON tensors, Triton's binary tensor
+extension, or `shm`: the input written once into a POSIX shared-memory object that this
+client registers as a region, Triton's system shared-memory extension, the request naming
+it and the output coming back as binary data), then sends requests at Poisson arrival times whatever the server answers
 (open loop), for `--duration` seconds, at most `--max-requests` of them and at most
 `--max-in-flight` outstanding (one more than that is counted `client_overflow`, never
 queued: queueing would close the loop). Only 127.0.0.1 may be targeted.
@@ -21,6 +23,7 @@ import argparse
 import asyncio
 import gc
 import json
+import os
 import sys
 import time
 from urllib.parse import urlparse
@@ -41,8 +44,9 @@ def percentile(values, q):
     return round(float(np.percentile(np.array(values), q)), 3)
 
 
-def build_body(meta, fmt, seed):
-    """One request body of batch 1 for every input of the model, with random values."""
+def build_body(meta, fmt, seed, regions=None):
+    """One request body of batch 1 for every input of the model, with random values;
+    for `shm`, each input written into a region of `regions` (a `Regions`)."""
     rng = np.random.default_rng(seed)
     tensors, blobs = [], []
     for spec in meta["inputs"]:
@@ -53,6 +57,8 @@ def build_body(meta, fmt, seed):
         tensor = {"name": spec["name"], "shape": shape, "datatype": "FP32"}
         if fmt == "json":
             tensor["data"] = [round(float(v), 5) for v in data]
+        elif fmt == "shm":
+            tensor["parameters"] = regions.place(spec["name"], data.tobytes())
         else:
             raw = data.tobytes()
             tensor["parameters"] = {"binary_data_size": len(raw)}
@@ -60,6 +66,9 @@ def build_body(meta, fmt, seed):
         tensors.append(tensor)
     request = {"inputs": tensors}
     if fmt == "json":
+        return json.dumps(request).encode(), {"Content-Type": "application/json"}
+    if fmt == "shm":
+        request["parameters"] = {"binary_data_output": True}
         return json.dumps(request).encode(), {"Content-Type": "application/json"}
     request["outputs"] = [
         {"name": o["name"], "parameters": {"binary_data": True}} for o in meta["outputs"]
@@ -70,6 +79,40 @@ def build_body(meta, fmt, seed):
         "Inference-Header-Content-Length": str(len(header)),
     }
     return header + b"".join(blobs), headers
+
+
+class Regions:
+    """The shared-memory objects of the `shm` body: one per input, written once, each
+    registered as a region of its whole length (its name the input's); removed, and
+    unregistered, by `close`."""
+
+    def __init__(self, base, session):
+        self.base, self.session = base, session
+        self.pending, self.made = [], []
+
+    def place(self, name, raw):
+        key = f"/clockwork-edge-{os.getpid()}-{len(self.made)}"
+        with open(f"/dev/shm{key}", "wb") as f:
+            f.write(raw)
+        region = f"edge-{os.getpid()}-{name}"
+        self.made.append((region, key))
+        self.pending.append((region, key, len(raw)))
+        return {"shared_memory_region": region, "shared_memory_byte_size": len(raw)}
+
+    async def register(self):
+        for region, key, size in self.pending:
+            route = f"{self.base}/v2/systemsharedmemory/region/{region}/register"
+            async with self.session.post(route, json={"key": key, "byte_size": size}) as r:
+                if r.status != 200:
+                    sys.exit(f"register {region}: HTTP {r.status}: {await r.text()}")
+        self.pending = []
+
+    async def close(self):
+        for region, key in self.made:
+            route = f"{self.base}/v2/systemsharedmemory/region/{region}/unregister"
+            async with self.session.post(route) as r:
+                await r.read()
+            os.unlink(f"/dev/shm{key}")
 
 
 class Tally:
@@ -202,55 +245,65 @@ async def run(args):
             if response.status != 200:
                 sys.exit(f"model metadata: HTTP {response.status}: {await response.text()}")
             meta = await response.json()
-        body, headers = build_body(meta, args.format, args.seed)
-        url = f"{base}/v2/models/{args.model}/infer"
-        tally = Tally(args.objective_ms / 1e3)
-        if args.log:
-            tally.log = []
-        if args.until_ok:
-            return await until_ok(args, session, url, body, headers, tally)
-        if args.closed_loop:
-            return await closed_loop(args, session, url, body, headers, tally)
-        await warm_up(session, base, url, body, headers, args.warm_connections)
-        # The cyclic collector stays out of the schedule: a full collection here stopped
-        # this client for 15-43 ms at a time (every answer due meanwhile read late, every
-        # arrival sent late), a stall of the instrument counted against the server. What
-        # the setup made is frozen out of later collections; the schedule's cycles wait.
-        gc.collect()
-        gc.freeze()
-        gc.disable()
-        tally.start = time.perf_counter()
-        # This process's CPU over the schedule: on this machine it shares the front-end
-        # core with the server, and what it takes the server does not have.
-        cpu_before = time.process_time()
-        pauses = Pauses(tally.start)
-        gc.callbacks.append(pauses)
-        schedule = arrival_times(args.rate, args.seed, args.duration, args.max_requests)
-        tasks = set()
-        start = time.perf_counter()
-        for next_at in schedule:
-            delay = start + next_at - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tally.offered += 1
-            if len(tasks) >= args.max_in_flight:
-                tally.overflow += 1
-            else:
-                task = asyncio.create_task(one(session, url, body, headers, tally))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-        unanswered = 0
-        if tasks:
-            _, pending = await asyncio.wait(set(tasks), timeout=args.request_timeout)
-            unanswered = len(pending)
-            for task in pending:
-                task.cancel()
-        report = tally.report(args, unanswered)
-        report["client_cpu_s"] = round(time.process_time() - cpu_before, 3)
-        gc.callbacks.remove(pauses)
-        gc.enable()
-        report["client_gc_pauses"] = pauses.pauses
-        return report
+        regions = Regions(base, session)
+        body, headers = build_body(meta, args.format, args.seed, regions)
+        await regions.register()
+        try:
+            return await schedule(args, session, base, body, headers)
+        finally:
+            await regions.close()
+
+
+async def schedule(args, session, base, body, headers):
+    """The run itself, once the body is built (see the module's doc)."""
+    url = f"{base}/v2/models/{args.model}/infer"
+    tally = Tally(args.objective_ms / 1e3)
+    if args.log:
+        tally.log = []
+    if args.until_ok:
+        return await until_ok(args, session, url, body, headers, tally)
+    if args.closed_loop:
+        return await closed_loop(args, session, url, body, headers, tally)
+    await warm_up(session, base, url, body, headers, args.warm_connections)
+    # The cyclic collector stays out of the schedule: a full collection here stopped
+    # this client for 15-43 ms at a time (every answer due meanwhile read late, every
+    # arrival sent late), a stall of the instrument counted against the server. What
+    # the setup made is frozen out of later collections; the schedule's cycles wait.
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    tally.start = time.perf_counter()
+    # This process's CPU over the schedule: on this machine it shares the front-end
+    # core with the server, and what it takes the server does not have.
+    cpu_before = time.process_time()
+    pauses = Pauses(tally.start)
+    gc.callbacks.append(pauses)
+    arrivals = arrival_times(args.rate, args.seed, args.duration, args.max_requests)
+    tasks = set()
+    start = time.perf_counter()
+    for next_at in arrivals:
+        delay = start + next_at - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tally.offered += 1
+        if len(tasks) >= args.max_in_flight:
+            tally.overflow += 1
+        else:
+            task = asyncio.create_task(one(session, url, body, headers, tally))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+    unanswered = 0
+    if tasks:
+        _, pending = await asyncio.wait(set(tasks), timeout=args.request_timeout)
+        unanswered = len(pending)
+        for task in pending:
+            task.cancel()
+    report = tally.report(args, unanswered)
+    report["client_cpu_s"] = round(time.process_time() - cpu_before, 3)
+    gc.callbacks.remove(pauses)
+    gc.enable()
+    report["client_gc_pauses"] = pauses.pauses
+    return report
 
 
 async def warm_up(session, base, url, body, headers, connections):
@@ -310,7 +363,7 @@ def main():
     parser.add_argument("--rate", type=float, default=1.0, help="requests per second")
     parser.add_argument("--duration", type=float, default=15.0, help="seconds of arrivals")
     parser.add_argument("--objective-ms", type=float, default=100.0)
-    parser.add_argument("--format", choices=["json", "binary"], default="json")
+    parser.add_argument("--format", choices=["json", "binary", "shm"], default="json")
     parser.add_argument("--max-requests", type=int, default=20000)
     parser.add_argument("--max-in-flight", type=int, default=2000)
     parser.add_argument("--request-timeout", type=float, default=30.0)

@@ -23,7 +23,7 @@ import sys
 
 LOADS = ("0.25", "0.5", "0.8", "1", "1.5", "2")
 # The bodies `run.sh` sends, in the order its tables list them.
-FORMATS = ("json", "binary", "grpc")
+FORMATS = ("json", "binary", "grpc", "shm")
 
 # A refusal that took the client longer than this was not "refused early": the issue asks
 # a few ms.

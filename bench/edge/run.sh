@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The edge benchmark: the default `clockwork serve` plus the onnx wheel's squeezenet,
 # driven from outside by an open-loop Poisson client (bench/edge/client.py: JSON and binary
-# bodies over HTTP; bench/grpc/stream_load.py: one gRPC stream through Triton's Python
-# stubs) and by Triton's perf_analyzer. See bench/edge/README.md.
+# bodies over HTTP, and `shm`, the input in a system shared-memory region, not run unless
+# named; bench/grpc/stream_load.py: one gRPC stream through Triton's Python stubs) and by
+# Triton's perf_analyzer. See bench/edge/README.md.
 #
 #   bench/edge/run.sh [--bin PATH] [--config FILE] [--devices N|auto] [--backend cpu|ort|auto]
 #                     [--duration S] [--out DIR] [--client-cores front|any|LIST] [--trace]
@@ -28,7 +29,8 @@
 # the server's line saying which is printed).
 #
 # --formats and --loads: the bodies and the multiples of the capacity to run (all of
-# them by default), to study one rate again and again without the others between.
+# them by default, `shm` only when named), to study one rate again and again without the
+# others between.
 #
 # --perf-analyzer-runs N: after the warm-up, only perf_analyzer (concurrency 1 to 4), N
 # times back to back, one line each (whether it completed, its throughput at 4), then a

@@ -86,7 +86,7 @@ pub fn decode(
             kind: "input",
             name: &name,
         };
-        let placed = regions.placement(tensor, &json_parameters(&input.parameters))?;
+        let placed = regions.placement(tensor, &placing(&input.parameters))?;
         let data: std::sync::Arc<[u8]> = match (placed, input.contents) {
             (Some(at), None) => at.read_input(&name, datatype, count)?.into(),
             (Some(at), Some(_)) => {
@@ -118,10 +118,10 @@ pub fn decode(
     let outputs = if request.outputs.is_empty() {
         all_outputs(spec, true)
     } else {
-        let asked = request.outputs.iter().map(|o| {
-            let parameters = json_parameters(&o.parameters);
-            wanted(spec, &o.name, true, regions, &parameters)
-        });
+        let asked = request
+            .outputs
+            .iter()
+            .map(|o| wanted(spec, &o.name, true, regions, &placing(&o.parameters)));
         asked.collect::<Result<_, _>>()?
     };
     Ok(Decoded {
@@ -131,6 +131,16 @@ pub fn decode(
         batched: items.batch(),
         outputs,
     })
+}
+
+/// A tensor's parameters as `Regions::placement` reads them: converted only if they
+/// place it in a region (most tensors have none, and converting allocates).
+fn placing(parameters: &std::collections::HashMap<String, InferParameter>) -> Parameters {
+    if parameters.contains_key(regions::REGION) {
+        json_parameters(parameters)
+    } else {
+        Parameters::new()
+    }
 }
 
 /// `raw_input_contents`, taken in order by the inputs that are neither typed nor in
