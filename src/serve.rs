@@ -163,6 +163,7 @@ fn api_settings(config: &Config) -> ApiSettings {
         decode_queue: server.decode_queue,
         answer_late: server.answer_late,
         grpc_max_connections: server.connections.grpc_max_connections,
+        grpc_max_streams: server.connections.grpc_max_streams,
         grpc_preface_within: server.connections.request_head_timeout,
     }
 }

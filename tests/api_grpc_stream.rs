@@ -1,7 +1,7 @@
 //! Triton's `ModelStreamInfer` over a real connection: many requests on one call, each
 //! answered once (by its `id`, its outputs those of `ModelInfer`, or its error by name
-//! without ending the stream), the infer token needed, and an open stream ended when the
-//! server shuts down.
+//! without ending the stream), the infer token needed, an open stream ended when the
+//! server shuts down, and the calls one connection carries at once bounded.
 
 mod api_support;
 mod grpc_support;
@@ -9,7 +9,7 @@ mod grpc_support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use api_support::{start_default, start_guarded, DEFAULT_CONFIG};
+use api_support::{start, start_default, start_guarded, DEFAULT_CONFIG};
 use clockwork::api::grpc::proto::infer_parameter::ParameterChoice;
 use clockwork::api::grpc::proto::*;
 use clockwork::api::{Access, ApiSettings};
@@ -149,5 +149,45 @@ async fn a_stream_needs_the_infer_token() {
     let mut answers = opened.expect("the token opens a stream").into_inner();
     let answer = answers.message().await.expect("no error").expect("one");
     assert_eq!(answer.error_message, "", "{answer:?}");
+    server.stop().await;
+}
+
+/// A connection carries at most `grpc_max_streams` calls at once: with two streams held
+/// open on a limit of two, a third call on the same connection waits until one of them
+/// ends. Mutation that breaks it: no `max_concurrent_streams` in `grpc::serve` (the call
+/// is answered at once).
+#[actix_web::test]
+async fn a_connection_carries_at_most_its_streams_at_once() {
+    let settings = ApiSettings {
+        grpc_max_streams: 2,
+        ..ApiSettings::default()
+    };
+    let server = start(settings).await;
+    let client = grpc(&server.state).await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let (send, requests) = tokio::sync::mpsc::channel::<ModelInferRequest>(1);
+        let mut stream_client = client.clone();
+        let call = stream_client.model_stream_infer(ReceiverStream::new(requests));
+        let answers = call.await.expect("the stream opens").into_inner();
+        held.push((send, answers));
+    }
+    let live = |client: &Client| {
+        let mut client = client.clone();
+        async move { client.server_live(ServerLiveRequest {}).await }
+    };
+    let third = timeout(Duration::from_millis(700), live(&client)).await;
+    assert!(
+        third.is_err(),
+        "a third call while two streams are open: {third:?}"
+    );
+    // One stream ends (its client's side, then the server's answer to that): room again.
+    let (send, mut answers) = held.pop().expect("a held stream");
+    drop(send);
+    let end = timeout(Duration::from_secs(10), answers.message()).await;
+    assert!(matches!(end, Ok(Ok(None))), "the stream ended: {end:?}");
+    let third = timeout(Duration::from_secs(10), live(&client)).await;
+    third.expect("answered once a stream ended").expect("live");
+    drop(held);
     server.stop().await;
 }

@@ -90,6 +90,8 @@ pub struct ApiSettings {
     pub answer_late: bool,
     /// gRPC connections served at once (`[server.connections] grpc_max_connections`).
     pub grpc_max_connections: usize,
+    /// Calls one gRPC connection carries at once (`[server.connections] grpc_max_streams`).
+    pub grpc_max_streams: u32,
     /// Time a new gRPC connection has to send HTTP/2's preface (`[server.connections]
     /// request_head_timeout`).
     pub grpc_preface_within: std::time::Duration,
@@ -103,6 +105,7 @@ impl Default for ApiSettings {
             decode_queue: 256,
             answer_late: false,
             grpc_max_connections: crate::config::ConnectionConfig::default().grpc_max_connections,
+            grpc_max_streams: crate::config::ConnectionConfig::default().grpc_max_streams,
             grpc_preface_within: crate::config::ConnectionConfig::default().request_head_timeout,
         }
     }

@@ -169,6 +169,12 @@ pub struct ConnectionConfig {
     /// backlog. A gRPC client multiplexes its calls on one connection; the bound keeps
     /// clients that open many from taking the process's file descriptors.
     pub grpc_max_connections: usize,
+    /// Calls (HTTP/2 streams) one gRPC connection carries at once, announced to the
+    /// client (`SETTINGS_MAX_CONCURRENT_STREAMS`): a client waits for one to end before
+    /// starting another, and a stream past it is refused. With `grpc_max_connections` it
+    /// bounds the calls the port holds, each with its task and, for a stream of requests,
+    /// up to 256 of them in flight.
+    pub grpc_max_streams: u32,
 }
 
 impl Default for ConnectionConfig {
@@ -180,6 +186,7 @@ impl Default for ConnectionConfig {
             max_connections: 25_000,
             max_tls_handshakes: 256,
             grpc_max_connections: 1_024,
+            grpc_max_streams: 128,
         }
     }
 }

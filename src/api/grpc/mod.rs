@@ -1,6 +1,7 @@
 //! The gRPC API: the Open Inference Protocol's `inference.GRPCInferenceService` with
-//! Triton's model configuration and repository calls, served with tonic on its own port
-//! (`[server] grpc_listen`) over the same state and functions as the HTTP API.
+//! Triton's model configuration, repository and system shared-memory calls, served with
+//! tonic on its own port (`[server] grpc_listen`) over the same state and functions as
+//! the HTTP API; each connection carries at most `grpc_max_streams` calls at once.
 //!
 //! | file | what |
 //! | --- | --- |
@@ -68,6 +69,7 @@ pub async fn serve(
     };
     let incoming = incoming::incoming(listener, limits);
     tonic::transport::Server::builder()
+        .max_concurrent_streams(settings.grpc_max_streams)
         .add_service(service)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
