@@ -71,7 +71,7 @@ def main():
     check_pipeline(client)
     print("tritonclient check passed: health, metadata, config, JSON and binary inference,"
           " real inference on the cpu backend, a batch of 3 items in one request,"
-          " input and output in system shared memory")
+          " input and output in system shared memory, statistics")
 
 
 def check_pipeline(client):
@@ -119,6 +119,17 @@ def check_real_model(client):
     other = client.infer("cnn", [zeros], parameters=slack).as_numpy("output")
     assert not np.allclose(scores, other), (scores, other)
     check_shared_memory(client, data, scores, slack)
+    # Triton's statistics extension: the cnn's three answers above and the refusal of the
+    # unregistered region (its counts follow the answers by a moment).
+    deadline = time.monotonic() + 5.0
+    while True:
+        stats = client.get_inference_statistics("cnn")["model_stats"][0]
+        if stats["inference_count"] >= 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    inference = stats["inference_stats"]
+    assert stats["name"] == "cnn" and stats["inference_count"] == 3, stats
+    assert inference["fail"]["count"] == 1 and inference["compute_infer"]["ns"] > 0, stats
     # A batch of 3 items in one request: row i is what item i alone gets.
     batch = np.random.default_rng(2).random((3, 3, 32, 32), dtype=np.float32)
     many = httpclient.InferInput("input", [3, 3, 32, 32], "FP32")

@@ -14,6 +14,7 @@ Exits non-zero with a message on the first failure.
 import os
 import queue
 import sys
+import time
 
 import grpc
 import numpy as np
@@ -152,6 +153,15 @@ def check_real_model(client, http):
         alone = http.infer("cnn", [one], parameters=slack).as_numpy("output")
         assert np.allclose(rows[i], alone[0], rtol=1e-4, atol=1e-5), (i, rows[i], alone)
     check_shared_memory(client, data, scores, slack)
+    # Triton's statistics extension (uint64 fields are JSON strings in protobuf's JSON).
+    # Its counts follow the answers by a moment; the HTTP check's requests count too.
+    deadline = time.monotonic() + 5.0
+    while True:
+        stats = client.get_inference_statistics("cnn", as_json=True)["model_stats"][0]
+        if int(stats.get("inference_count", 0)) >= 5 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert stats["name"] == "cnn" and int(stats["inference_count"]) >= 5, stats
 
 
 def check_shared_memory(client, data, scores, parameters):
@@ -207,7 +217,7 @@ def main():
     check_pipeline(client)
     print("tritonclient gRPC check passed: health, metadata, config, raw and typed inference,"
           " error codes, load/unload, a pipeline, cpu answers equal to HTTP's (a batch of 3 too),"
-          " input and output in system shared memory, a stream of requests answered by id")
+          " input and output in system shared memory, statistics, a stream of requests answered by id")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ pub const EXTENSIONS: &[&str] = &[
     "model_configuration",
     "model_repository",
     "parameters",
+    "statistics",
     "system_shared_memory",
 ];
 

@@ -1,6 +1,6 @@
 //! The HTTP API (actix-web): the Open Inference Protocol (KServe V2) with Triton's binary
-//! tensor data, model configuration, model repository and system shared-memory extensions,
-//! Prometheus metrics and an OpenAPI document.
+//! tensor data, model configuration, model repository, statistics and system shared-memory
+//! extensions, Prometheus metrics and an OpenAPI document.
 //!
 //! Handlers only translate: HTTP in, a typed message to the controller, HTTP out.
 //!
@@ -17,6 +17,7 @@
 //! | `v2.rs`, `codec.rs` | protocol bodies; tensor data to bytes and back |
 //! | `binary.rs` | Triton's binary tensor data extension |
 //! | `repository.rs` | Triton's model repository extension |
+//! | `stats.rs` | Triton's statistics extension: each model's counts and durations |
 //! | `shm.rs`, `regions.rs` | Triton's system shared-memory extension: the routes; the regions, read and written by requests |
 //! | `trace.rs` | debug log lines of each batch (planned, measured) and each request refused or late, with its times |
 //! | `metrics/` | `/metrics`, fed by the runtime's events: per-model counters and latency histograms, the front end's, the devices', the pipelines' |
@@ -48,6 +49,7 @@ mod repository;
 mod server_timing;
 mod shed;
 mod shm;
+mod stats;
 mod target;
 mod trace;
 mod v2;
@@ -238,6 +240,10 @@ pub fn services(config: &mut ServiceConfig) {
     config
         .service(infer::infer)
         .service(infer::version_infer)
+        // Before the model routes: `/v2/models/{model}` would take `/v2/models/stats`.
+        .service(stats::every_model)
+        .service(stats::one_model)
+        .service(stats::one_version)
         .service(health::live)
         .service(health::ready)
         .service(health::server_metadata)

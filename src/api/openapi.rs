@@ -16,7 +16,7 @@ use super::ApiState;
     info(
         title = "clockwork",
         description = "Open Inference Protocol (KServe V2) with Triton's binary tensor data, \
-            model configuration, model repository and system shared-memory extensions. \
+            model configuration, model repository, statistics and system shared-memory extensions. \
             Every error answers \
             {\"error\": message, \"error_type\": kind}."
     ),

@@ -1,6 +1,6 @@
 //! `inference.GRPCInferenceService`: each call translated to the function the HTTP route
-//! calls (`health.rs`, `models.rs`, `repository.rs`, `infer.rs`, `regions.rs`) and its
-//! answer back.
+//! calls (`health.rs`, `models.rs`, `repository.rs`, `infer.rs`, `stats.rs`,
+//! `regions.rs`) and its answer back.
 //! The calls that change state or infer need the tokens their HTTP routes need
 //! (`access.rs`, as `authorization: Bearer <token>` metadata); reading calls are open.
 
@@ -9,6 +9,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::super::error::ApiError;
 use super::super::regions::RegionStatus;
+use super::super::stats::{self, Duration, ModelStat};
 use super::super::{health, models, repository, ApiState};
 use super::proto::grpc_inference_service_server::GrpcInferenceService;
 use super::proto::model_metadata_response::TensorMetadata;
@@ -226,5 +227,46 @@ impl GrpcInferenceService for GrpcApi {
         let name = request.into_inner().name;
         let unregistered = self.state.regions.unregister(version(&name));
         answer(unregistered.map(|()| SystemSharedMemoryUnregisterResponse {}))
+    }
+
+    /// An empty name: every model and pipeline; an empty version: the one served.
+    async fn model_statistics(
+        &self,
+        request: Request<ModelStatisticsRequest>,
+    ) -> Answer<ModelStatisticsResponse> {
+        let r = request.into_inner();
+        let name = Some(r.name.as_str()).filter(|n| !n.is_empty());
+        let selected = stats::select(&self.state, name, version(&r.version));
+        answer(selected.map(|all| ModelStatisticsResponse {
+            model_stats: all.into_iter().map(model_statistics).collect(),
+        }))
+    }
+}
+
+/// One entry of the statistics extension as its message.
+fn model_statistics(stat: ModelStat) -> ModelStatistics {
+    let d = |d: Duration| {
+        Some(StatisticDuration {
+            count: d.count,
+            ns: d.ns,
+        })
+    };
+    let s = stat.inference_stats;
+    ModelStatistics {
+        name: stat.name,
+        version: stat.version,
+        last_inference: stat.last_inference,
+        inference_count: stat.inference_count,
+        execution_count: stat.execution_count,
+        inference_stats: Some(InferStatistics {
+            success: d(s.success),
+            fail: d(s.fail),
+            queue: d(s.queue),
+            compute_input: d(s.compute_input),
+            compute_infer: d(s.compute_infer),
+            compute_output: d(s.compute_output),
+            cache_hit: d(s.cache_hit),
+            cache_miss: d(s.cache_miss),
+        }),
     }
 }

@@ -39,6 +39,7 @@ use crate::model::{ModelId, ModelSpec};
 use crate::outcome::Outcome;
 use crate::time::Nanos;
 use devices::DeviceMetrics;
+pub use model::Totals;
 use model::{ModelFamilies, PerModel};
 use pipeline::PipelineMetrics;
 
@@ -120,6 +121,23 @@ impl Metrics {
         let series = Arc::new(self.families.resolve(&spec.name));
         let mut models = self.models.write().unwrap_or_else(|e| e.into_inner());
         models.push(series);
+    }
+
+    /// A model's counts since it was registered (`None`: no such id).
+    pub fn model_totals(&self, model: ModelId) -> Option<Totals> {
+        self.model(model).map(|m| m.totals())
+    }
+
+    /// A pipeline's root requests so far: successes and other answers, no durations (its
+    /// stages' models report theirs).
+    pub fn pipeline_totals(&self, pipeline: &str) -> Totals {
+        let (success, fail) = self.pipelines.roots(pipeline);
+        Totals {
+            success,
+            fail,
+            inferences: success,
+            ..Totals::default()
+        }
     }
 
     /// Every model's name and answers so far by outcome, by model id: the numbers of

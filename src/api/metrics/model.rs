@@ -35,6 +35,29 @@ pub fn latency_buckets() -> Vec<f64> {
     bounds
 }
 
+/// A model's (or pipeline's) counts since it was registered: Triton's statistics
+/// extension (`api/stats.rs`) reports them. Durations are cumulative nanoseconds (kept
+/// in microseconds by the counters they come from).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Successful requests (answered with outputs), and their time from the edge's
+    /// arrival to the answer.
+    pub success: u64,
+    pub success_ns: u64,
+    /// Requests answered otherwise: refused or failed.
+    pub fail: u64,
+    /// Items of the successful requests (a request of `n` items counts `n`).
+    pub inferences: u64,
+    /// Batches run.
+    pub executions: u64,
+    /// Successful requests whose times below are kept: those the front end answered
+    /// (a pipeline's sub-requests are counted above, not timed here).
+    pub timed: u64,
+    /// Of those: arrival to their batch's start, and their batches' runs.
+    pub queue_ns: u64,
+    pub compute_ns: u64,
+}
+
 /// Series of one model, resolved once so updates are plain atomic adds.
 pub(super) struct PerModel {
     /// Its name: the `model` label of the series resolved later (the front end's).
@@ -46,6 +69,10 @@ pub(super) struct PerModel {
     pub request_us: IntCounter,
     queue_us: IntCounter,
     compute_us: IntCounter,
+    /// Successes whose queue and compute times are in the two counters above: those the
+    /// front end answered itself (not a pipeline's sub-requests, whose times no event
+    /// carries).
+    timed: std::sync::atomic::AtomicU64,
     pub pending: IntGauge,
     /// Answers by outcome, in the order of [`Outcome::ALL`].
     outcomes: Vec<IntCounter>,
@@ -76,6 +103,20 @@ impl PerModel {
         }
     }
 
+    /// Its counts so far, as Triton's statistics extension reports them.
+    pub fn totals(&self) -> Totals {
+        Totals {
+            success: self.success.get(),
+            success_ns: self.request_us.get() * 1000,
+            fail: self.failure.get(),
+            inferences: self.count.get(),
+            executions: self.exec_count.get(),
+            timed: self.timed.load(std::sync::atomic::Ordering::Relaxed),
+            queue_ns: self.queue_us.get() * 1000,
+            compute_ns: self.compute_us.get() * 1000,
+        }
+    }
+
     /// Its answers so far by outcome, as `clockwork_requests` exposes them.
     pub fn counts(&self) -> impl Iterator<Item = (Outcome, u64)> + '_ {
         Outcome::ALL
@@ -87,6 +128,8 @@ impl PerModel {
     /// Where a success's time went: waiting from its arrival to its batch's start, and the
     /// batch's execution.
     pub fn ran(&self, queued: Nanos, compute: Nanos) {
+        self.timed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.queue_us.inc_by(queued / 1000);
         self.compute_us.inc_by(compute / 1000);
         self.queued.observe(seconds(queued));
@@ -227,6 +270,7 @@ impl ModelFamilies {
             request_us: self.request_us.with_label_values(&l),
             queue_us: self.queue_us.with_label_values(&l),
             compute_us: self.compute_us.with_label_values(&l),
+            timed: Default::default(),
             pending: self.pending.with_label_values(&l),
             outcomes: Outcome::ALL
                 .iter()

@@ -3,6 +3,9 @@
 //! outcome and latency, and how many requests one upstream result became (the fan-out).
 //! Latencies use the models' buckets ([`latency_buckets`]), so one panel reads both alike.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
 use super::model::latency_buckets;
@@ -22,6 +25,9 @@ pub(super) struct PipelineMetrics {
     stage_latency: HistogramVec,
     /// Requests one upstream result became, by pipeline and stage.
     fan_out: HistogramVec,
+    /// Root requests answered by pipeline, (successes, other answers): what Triton's
+    /// statistics extension reports for a pipeline (read back without a scrape).
+    roots: Mutex<HashMap<String, (u64, u64)>>,
 }
 
 impl PipelineMetrics {
@@ -78,11 +84,20 @@ impl PipelineMetrics {
             stage_requests,
             stage_latency,
             fan_out,
+            roots: Mutex::default(),
         })
     }
 
     /// A root's answer: counted by outcome, its latency observed.
     pub fn answered(&self, e: &PipelineAnswered) {
+        let mut roots = self.roots.lock().unwrap_or_else(|e| e.into_inner());
+        let counts = roots.entry(e.pipeline.to_string()).or_default();
+        if e.outcome.is_success() {
+            counts.0 += 1;
+        } else {
+            counts.1 += 1;
+        }
+        drop(roots);
         let outcome = e.outcome.as_str();
         self.requests
             .with_label_values(&[&*e.pipeline, outcome])
@@ -91,6 +106,12 @@ impl PipelineMetrics {
         self.latency
             .with_label_values(&[&*e.pipeline])
             .observe(seconds);
+    }
+
+    /// A pipeline's root requests answered so far: (successes, other answers).
+    pub fn roots(&self, pipeline: &str) -> (u64, u64) {
+        let roots = self.roots.lock().unwrap_or_else(|e| e.into_inner());
+        roots.get(pipeline).copied().unwrap_or_default()
     }
 
     /// A stage's sub-request answered: counted by outcome, its latency observed.
