@@ -28,9 +28,14 @@ async fn stats_after(server: &TestServer, successes: u64) -> Value {
 }
 
 /// Mutations that break it: `inference_count` from the requests instead of their items,
-/// the compute and queue durations swapped, a failure not counted.
+/// the compute and queue durations swapped, a batch not counted by its size.
 #[actix_web::test]
 async fn a_models_counts_and_durations_over_http_and_grpc() {
+    let since_epoch_ms = || {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        now.expect("after 1970").as_millis() as u64
+    };
+    let began_ms = since_epoch_ms();
     let server = start_default().await;
     let (_, metadata) = server.get_json("/v2").await;
     assert!(metadata["extensions"]
@@ -43,6 +48,7 @@ async fn a_models_counts_and_durations_over_http_and_grpc() {
         (json!("mlp"), json!("1"))
     );
     assert_eq!(zero["inference_count"], 0);
+    assert_eq!(zero["last_inference"], 0);
 
     // Two successes (one of two items), and one request refused for its input.
     let mut two = mlp_request(0.5);
@@ -87,6 +93,22 @@ async fn a_models_counts_and_durations_over_http_and_grpc() {
         ns("success") >= ns("compute_infer") + ns("queue"),
         "{entry}"
     );
+    // Every batch that ran, by size: as many as the executions, none larger than the two
+    // requests' three items, each with its run's time; the last success just now.
+    let batches = entry["batch_stats"].as_array().expect("batch_stats");
+    let count = |b: &Value| b["compute_infer"]["count"].as_u64().unwrap();
+    let ran: u64 = batches.iter().map(count).sum();
+    assert_eq!(json!(ran), entry["execution_count"], "{entry}");
+    for batch in batches {
+        let size = batch["batch_size"].as_u64().unwrap();
+        let took = batch["compute_infer"]["ns"].as_u64().unwrap();
+        assert!((1..=3).contains(&size) && took > 0, "{entry}");
+    }
+    let last = entry["last_inference"].as_u64().unwrap();
+    assert!(
+        (began_ms..=since_epoch_ms()).contains(&last),
+        "{last} {entry}"
+    );
 
     // The same over gRPC.
     let mut client = grpc(&server.state).await;
@@ -104,6 +126,8 @@ async fn a_models_counts_and_durations_over_http_and_grpc() {
     assert_eq!(grpc[0].inference_count, 3);
     let compute = grpc_stats.compute_infer.expect("compute_infer");
     assert_eq!((compute.count, compute.ns), (2, ns("compute_infer")));
+    assert_eq!(grpc[0].batch_stats.len(), batches.len());
+    assert_eq!(json!(grpc[0].last_inference), entry["last_inference"]);
     let every = client
         .model_statistics(ask("", ""))
         .await

@@ -5,9 +5,9 @@
 //! calls work. A pipeline's entry counts its root requests (its stages are models with
 //! entries of their own).
 //!
-//! What clockwork does not have is reported as zero: `last_inference` (not kept), the
-//! input and output copies (`compute_input`, `compute_output`: a batch's run is one
-//! measured action), the response cache (none), per-batch-size and memory figures (empty).
+//! What clockwork does not have is reported as zero: the input and output copies
+//! (`compute_input`, `compute_output`: a batch's run is one measured action), the response
+//! cache (none), memory and decoupled responses (empty).
 
 use std::collections::BTreeMap;
 
@@ -30,16 +30,15 @@ pub struct StatsResponse {
 pub struct ModelStat {
     pub name: String,
     pub version: String,
-    /// Milliseconds since the epoch of its last request: not kept (0).
+    /// Milliseconds since the epoch of its last success (0: none yet).
     pub last_inference: u64,
     /// Items of its successful requests.
     pub inference_count: u64,
     /// Batches it ran.
     pub execution_count: u64,
     pub inference_stats: InferenceStats,
-    /// Per batch size: not kept (empty).
-    #[schema(value_type = Vec<Object>)]
-    pub batch_stats: Vec<serde_json::Value>,
+    /// Its batches run, by size.
+    pub batch_stats: Vec<BatchStat>,
     /// Not kept (empty).
     #[schema(value_type = Vec<Object>)]
     pub memory_usage: Vec<serde_json::Value>,
@@ -64,6 +63,28 @@ pub struct InferenceStats {
     pub compute_output: Duration,
     pub cache_hit: Duration,
     pub cache_miss: Duration,
+}
+
+/// The batches of one size that ran: how many (each stat's count) and their runs' time.
+#[derive(Debug, Serialize, ToSchema, Clone, Copy, PartialEq, Eq)]
+pub struct BatchStat {
+    pub batch_size: u64,
+    pub compute_input: Duration,
+    pub compute_infer: Duration,
+    pub compute_output: Duration,
+}
+
+impl BatchStat {
+    /// `count` batches of `size` items that ran for `ns` in all.
+    fn of((size, count, ns): (u32, u64, u64)) -> Self {
+        let at = |ns| Duration { count, ns };
+        Self {
+            batch_size: u64::from(size),
+            compute_input: at(0),
+            compute_infer: at(ns),
+            compute_output: at(0),
+        }
+    }
 }
 
 /// A count and its cumulative nanoseconds.
@@ -106,27 +127,25 @@ pub(super) fn select(
     name: Option<&str>,
     version: Option<&str>,
 ) -> Result<Vec<ModelStat>, ApiError> {
-    let stat = |name: String, version: String, totals: Totals| ModelStat {
+    let stat = |name: String, version: String, totals: Totals, batches: Vec<_>| ModelStat {
         name,
         version,
-        last_inference: 0,
+        last_inference: totals.last_ms,
         inference_count: totals.inferences,
         execution_count: totals.executions,
         inference_stats: InferenceStats::of(&totals),
-        batch_stats: Vec::new(),
+        batch_stats: batches.into_iter().map(BatchStat::of).collect(),
         memory_usage: Vec::new(),
         response_stats: BTreeMap::new(),
     };
     let model = |entry: &super::models::Entry| {
         let totals = state.metrics.model_totals(entry.id).unwrap_or_default();
-        stat(entry.spec.name.clone(), entry.version(), totals)
+        let batches = state.metrics.model_batches(entry.id);
+        stat(entry.spec.name.clone(), entry.version(), totals, batches)
     };
     let pipeline = |name: &str| {
-        stat(
-            name.to_owned(),
-            "1".into(),
-            state.metrics.pipeline_totals(name),
-        )
+        let totals = state.metrics.pipeline_totals(name);
+        stat(name.to_owned(), "1".into(), totals, Vec::new())
     };
     let Some(name) = name else {
         let models = state.models.entries();

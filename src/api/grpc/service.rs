@@ -268,5 +268,15 @@ fn model_statistics(stat: ModelStat) -> ModelStatistics {
             cache_hit: d(s.cache_hit),
             cache_miss: d(s.cache_miss),
         }),
+        batch_stats: stat
+            .batch_stats
+            .into_iter()
+            .map(|b| InferBatchStatistics {
+                batch_size: b.batch_size,
+                compute_input: d(b.compute_input),
+                compute_infer: d(b.compute_infer),
+                compute_output: d(b.compute_output),
+            })
+            .collect(),
     }
 }

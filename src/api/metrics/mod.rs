@@ -128,6 +128,11 @@ impl Metrics {
         self.model(model).map(|m| m.totals())
     }
 
+    /// A model's batches run by size: (size, count, nanoseconds).
+    pub fn model_batches(&self, model: ModelId) -> Vec<(u32, u64, u64)> {
+        self.model(model).map(|m| m.batches()).unwrap_or_default()
+    }
+
     /// A pipeline's root requests so far: successes and other answers, no durations (its
     /// stages' models report theirs).
     pub fn pipeline_totals(&self, pipeline: &str) -> Totals {
@@ -261,8 +266,8 @@ impl Metrics {
             Event::RequestAnswered(e) => self.answered(e),
             Event::ActionDone(e) => {
                 if self.devices.action(e) {
-                    if let Some(m) = self.model(e.model) {
-                        m.exec_count.inc();
+                    if let (Some(m), Some(ran)) = (self.model(e.model), e.measured) {
+                        m.batch_ran(e.batch, ran.duration);
                     }
                 }
             }

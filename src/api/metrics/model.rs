@@ -40,6 +40,8 @@ pub fn latency_buckets() -> Vec<f64> {
 /// in microseconds by the counters they come from).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Totals {
+    /// Milliseconds since the epoch of the last success (0: none yet).
+    pub last_ms: u64,
     /// Successful requests (answered with outputs), and their time from the edge's
     /// arrival to the answer.
     pub success: u64,
@@ -65,7 +67,7 @@ pub(super) struct PerModel {
     success: IntCounter,
     failure: IntCounter,
     count: IntCounter,
-    pub exec_count: IntCounter,
+    exec_count: IntCounter,
     pub request_us: IntCounter,
     queue_us: IntCounter,
     compute_us: IntCounter,
@@ -73,6 +75,10 @@ pub(super) struct PerModel {
     /// front end answered itself (not a pipeline's sub-requests, whose times no event
     /// carries).
     timed: std::sync::atomic::AtomicU64,
+    /// Batches run by size: (count, nanoseconds), for Triton's `batch_stats`.
+    batches: std::sync::Mutex<std::collections::BTreeMap<u32, (u64, u64)>>,
+    /// Milliseconds since the epoch of its last success (0: none yet).
+    last_ms: std::sync::atomic::AtomicU64,
     pub pending: IntGauge,
     /// Answers by outcome, in the order of [`Outcome::ALL`].
     outcomes: Vec<IntCounter>,
@@ -94,6 +100,11 @@ impl PerModel {
             self.outcomes[i].inc();
         }
         if outcome.is_success() {
+            // Wall time (the runtime's clock is its own): the statistics extension says
+            // when a model last answered, as milliseconds since the epoch.
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            let ms = now.map_or(0, |d| d.as_millis() as u64);
+            self.last_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
             // Items first: a scrape between the two then never shows a success without
             // its items (tests wait for the success count, then read both).
             self.count.inc_by(u64::from(items));
@@ -103,14 +114,32 @@ impl PerModel {
         }
     }
 
+    /// A batch of `items` that ran for `took`: counted as Triton's executions, by size.
+    pub fn batch_ran(&self, items: u32, took: Nanos) {
+        self.exec_count.inc();
+        let mut batches = self.batches.lock().unwrap_or_else(|e| e.into_inner());
+        let (count, ns) = batches.entry(items).or_default();
+        *count += 1;
+        *ns += took;
+    }
+
+    /// Its batches run so far by size: (size, count, nanoseconds).
+    pub fn batches(&self) -> Vec<(u32, u64, u64)> {
+        let batches = self.batches.lock().unwrap_or_else(|e| e.into_inner());
+        batches.iter().map(|(&b, &(n, ns))| (b, n, ns)).collect()
+    }
+
     /// Its counts so far, as Triton's statistics extension reports them.
     pub fn totals(&self) -> Totals {
         Totals {
+            last_ms: self.last_ms.load(std::sync::atomic::Ordering::Relaxed),
             success: self.success.get(),
             success_ns: self.request_us.get() * 1000,
             fail: self.failure.get(),
             inferences: self.count.get(),
-            executions: self.exec_count.get(),
+            // From the sizes' counts rather than the series: read under the one lock
+            // with them, the two never disagree.
+            executions: self.batches().iter().map(|&(_, n, _)| n).sum(),
             timed: self.timed.load(std::sync::atomic::Ordering::Relaxed),
             queue_ns: self.queue_us.get() * 1000,
             compute_ns: self.compute_us.get() * 1000,
@@ -271,6 +300,8 @@ impl ModelFamilies {
             queue_us: self.queue_us.with_label_values(&l),
             compute_us: self.compute_us.with_label_values(&l),
             timed: Default::default(),
+            batches: Default::default(),
+            last_ms: Default::default(),
             pending: self.pending.with_label_values(&l),
             outcomes: Outcome::ALL
                 .iter()
