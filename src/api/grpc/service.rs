@@ -36,6 +36,11 @@ fn version(v: &str) -> Option<&str> {
     Some(v).filter(|v| !v.is_empty())
 }
 
+/// The protocol's empty name where a call takes one or all (regions, statistics): all.
+fn named(name: &str) -> Option<&str> {
+    Some(name).filter(|n| !n.is_empty())
+}
+
 /// Lets a call of `role` through if the access rules of the HTTP routes (`access.rs`)
 /// accept its `authorization` metadata; a refusal is counted as HTTP's are.
 fn allowed<T>(state: &ApiState, request: &Request<T>, role: Role) -> Result<(), Status> {
@@ -189,7 +194,7 @@ impl GrpcInferenceService for GrpcApi {
         request: Request<SystemSharedMemoryStatusRequest>,
     ) -> Answer<SystemSharedMemoryStatusResponse> {
         let name = request.into_inner().name;
-        let listed = self.state.regions.status(version(&name));
+        let listed = self.state.regions.status(named(&name));
         let region = |r: RegionStatus| {
             let status = ProtoRegion {
                 name: r.name.clone(),
@@ -225,7 +230,7 @@ impl GrpcInferenceService for GrpcApi {
     ) -> Answer<SystemSharedMemoryUnregisterResponse> {
         allowed(&self.state, &request, Role::Admin)?;
         let name = request.into_inner().name;
-        let unregistered = self.state.regions.unregister(version(&name));
+        let unregistered = self.state.regions.unregister(named(&name));
         answer(unregistered.map(|()| SystemSharedMemoryUnregisterResponse {}))
     }
 
@@ -235,8 +240,7 @@ impl GrpcInferenceService for GrpcApi {
         request: Request<ModelStatisticsRequest>,
     ) -> Answer<ModelStatisticsResponse> {
         let r = request.into_inner();
-        let name = Some(r.name.as_str()).filter(|n| !n.is_empty());
-        let selected = stats::select(&self.state, name, version(&r.version));
+        let selected = stats::select(&self.state, named(&r.name), version(&r.version));
         answer(selected.map(|all| ModelStatisticsResponse {
             model_stats: all.into_iter().map(model_statistics).collect(),
         }))
