@@ -140,6 +140,9 @@ pub struct RequestAnswered {
     pub batch: Option<u32>,
     /// Items the request carried: Triton's `nv_inference_count` counts these.
     pub items: u32,
+    /// Its batch's execution, if it succeeded: its queue time (arrival to the batch's
+    /// start) and compute time for the metrics, a pipeline's sub-requests' too.
+    pub ran: Option<Measured>,
 }
 
 /// The controller sent an action to an executor (what the device will do, and when).

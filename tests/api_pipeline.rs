@@ -186,6 +186,24 @@ async fn pipeline_outputs_equal_its_stages_called_one_after_another() {
     for w in wanted {
         assert!(text.contains(w), "{w} not in\n{text}");
     }
+    // Triton's statistics: the pipeline counts its root; a stage's model times its
+    // sub-requests with its own (the detector answered one of each, two in all).
+    // Mutation that breaks it: queue and compute times kept by the front end only.
+    let (_, stats) = server.get_json("/v2/models/cascade/stats").await;
+    let cascade = &stats["model_stats"][0];
+    assert_eq!(cascade["inference_stats"]["success"]["count"], 1, "{stats}");
+    let mut stats = Value::Null;
+    for _ in 0..100 {
+        stats = server.get_json("/v2/models/det/stats").await.1;
+        if stats["model_stats"][0]["inference_stats"]["success"]["count"] == 2 {
+            break;
+        }
+        actix_web::rt::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let det = &stats["model_stats"][0]["inference_stats"];
+    for timed in ["success", "queue", "compute_infer"] {
+        assert_eq!(det[timed]["count"], 2, "{timed}: {stats}");
+    }
     server.stop().await;
 }
 

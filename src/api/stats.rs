@@ -54,8 +54,8 @@ pub struct InferenceStats {
     pub success: Duration,
     /// Requests refused or failed (their durations are not kept).
     pub fail: Duration,
-    /// Successful requests, from their arrival to their batch's start (those the front
-    /// end answered: a pipeline's sub-requests are in `success`, not timed here).
+    /// Successful requests (a pipeline's sub-requests too), from their arrival to their
+    /// batch's start.
     pub queue: Duration,
     pub compute_input: Duration,
     /// Successful requests' batches' runs (each request counts its batch's run).

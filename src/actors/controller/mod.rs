@@ -401,6 +401,7 @@ impl Controller {
                 }
             }
         }
+        let ran = result.as_ref().ok().map(|inferred| inferred.timing.exec);
         // The caller may have gone away; the request is answered all the same.
         let _ = pending.reply.send(result);
         self.answered += 1;
@@ -415,6 +416,7 @@ impl Controller {
                 outcome,
                 batch,
                 items,
+                ran,
             })
         });
     }

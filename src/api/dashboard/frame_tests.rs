@@ -43,6 +43,7 @@ fn answered(request: u64, at: Nanos, outcome: Outcome) -> Event {
         outcome,
         batch: None,
         items: 1,
+        ran: None,
     })
 }
 

@@ -33,7 +33,6 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use super::edge::{FrontKey, Phase, Stage};
 use super::error::ApiError;
 use super::ApiState;
-use crate::actors::messages::Inferred;
 use crate::events::{Event, RequestAnswered};
 use crate::model::{ModelId, ModelSpec};
 use crate::outcome::Outcome;
@@ -162,17 +161,6 @@ impl Metrics {
         }
     }
 
-    /// A success as the API saw it: where its time went.
-    pub fn success(&self, model: ModelId, inferred: &Inferred) {
-        if let Some(m) = self.model(model) {
-            let timing = &inferred.timing;
-            m.ran(
-                timing.exec.begin.saturating_sub(timing.arrival),
-                timing.exec.duration,
-            );
-        }
-    }
-
     /// An error answer; a known model's answer is counted here unless the controller
     /// decided it (then its event counts it).
     pub fn api_error(&self, error: &ApiError, model: Option<ModelId>) {
@@ -257,6 +245,9 @@ impl Metrics {
         if event.outcome.is_success() {
             let duration = event.answered.saturating_sub(event.arrival);
             m.request_us.inc_by(duration / 1000);
+        }
+        if let Some(ran) = event.ran {
+            m.ran(ran.begin.saturating_sub(event.arrival), ran.duration);
         }
     }
 

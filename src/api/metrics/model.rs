@@ -52,8 +52,8 @@ pub struct Totals {
     pub inferences: u64,
     /// Batches run.
     pub executions: u64,
-    /// Successful requests whose times below are kept: those the front end answered
-    /// (a pipeline's sub-requests are counted above, not timed here).
+    /// Successful requests whose times below are kept: every one whose answer carried
+    /// its batch's execution (all of them: a pipeline's sub-requests too).
     pub timed: u64,
     /// Of those: arrival to their batch's start, and their batches' runs.
     pub queue_ns: u64,
@@ -71,9 +71,8 @@ pub(super) struct PerModel {
     pub request_us: IntCounter,
     queue_us: IntCounter,
     compute_us: IntCounter,
-    /// Successes whose queue and compute times are in the two counters above: those the
-    /// front end answered itself (not a pipeline's sub-requests, whose times no event
-    /// carries).
+    /// Successes whose queue and compute times are in the two counters above (their
+    /// answer's event carried their batch's execution).
     timed: std::sync::atomic::AtomicU64,
     /// Batches run by size: (count, nanoseconds), for Triton's `batch_stats`.
     batches: std::sync::Mutex<std::collections::BTreeMap<u32, (u64, u64)>>,
