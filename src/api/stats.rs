@@ -132,7 +132,8 @@ pub(super) fn select(
         version,
         last_inference: totals.last_ms,
         inference_count: totals.inferences,
-        execution_count: totals.executions,
+        // From the sizes' counts, read once with them: the two never disagree.
+        execution_count: batches.iter().map(|&(_, n, _)| n).sum(),
         inference_stats: InferenceStats::of(&totals),
         batch_stats: batches.into_iter().map(BatchStat::of).collect(),
         memory_usage: Vec::new(),

@@ -50,8 +50,6 @@ pub struct Totals {
     pub fail: u64,
     /// Items of the successful requests (a request of `n` items counts `n`).
     pub inferences: u64,
-    /// Batches run.
-    pub executions: u64,
     /// Successful requests whose times below are kept: every one whose answer carried
     /// its batch's execution (all of them: a pipeline's sub-requests too).
     pub timed: u64,
@@ -136,9 +134,6 @@ impl PerModel {
             success_ns: self.request_us.get() * 1000,
             fail: self.failure.get(),
             inferences: self.count.get(),
-            // From the sizes' counts rather than the series: read under the one lock
-            // with them, the two never disagree.
-            executions: self.batches().iter().map(|&(_, n, _)| n).sum(),
             timed: self.timed.load(std::sync::atomic::Ordering::Relaxed),
             queue_ns: self.queue_us.get() * 1000,
             compute_ns: self.compute_us.get() * 1000,
