@@ -3,7 +3,9 @@
 //! unregistered over HTTP and gRPC; an input read from a region and an output written
 //! into one, equal to the answer of the same input sent in the request; every misuse
 //! (a region not registered, sizes that do not fit, a key outside `/dev/shm`, a name
-//! taken) answered 400 naming the problem, and the server serving after.
+//! taken) answered 400 naming the problem, and the server serving after; over gRPC,
+//! `raw_input_contents` holding only the inputs outside shared memory (the emulated
+//! `typed` model, five inputs).
 
 mod api_support;
 mod cpu_support;
@@ -385,5 +387,63 @@ async fn grpc_reads_inputs_from_regions_and_writes_outputs_into_them() {
         .await
         .expect("status");
     assert!(status.into_inner().regions.is_empty());
+    server.stop().await;
+}
+
+/// Over gRPC, `raw_input_contents` holds one entry per input outside shared memory, in
+/// order: the emulated `typed` model (five inputs, BYTES among them) with its second and
+/// fourth inputs in a region and the other three raw answers as with all five raw.
+/// Mutation that breaks it: raw entries taken by input position (the old rule).
+#[actix_web::test]
+async fn grpc_raw_contents_are_the_inputs_outside_shared_memory() {
+    let server = api_support::start_default().await;
+    let mut client = grpc(&server.state).await;
+    let ints: Vec<u8> = [7i64, -3].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let flags = vec![1u8, 0, 1];
+    let halves = vec![0u8, 0x3c, 0, 0x40];
+    let text: Vec<u8> = [&2u32.to_le_bytes()[..], b"hi"].concat();
+    let small = vec![1u8, 2, 3, 4];
+    let inputs = || {
+        vec![
+            input("ints", "INT64", &[2]),
+            input("flags", "BOOL", &[3]),
+            input("halves", "FP16", &[2]),
+            input("text", "BYTES", &[1]),
+            input("small", "UINT8", &[2, 2]),
+        ]
+    };
+    let request = |inputs, raw: Vec<&Vec<u8>>| ModelInferRequest {
+        model_name: "typed".into(),
+        inputs,
+        raw_input_contents: raw.into_iter().map(|r| r.clone().into()).collect(),
+        ..Default::default()
+    };
+    let all_raw = request(inputs(), vec![&ints, &flags, &halves, &text, &small]);
+    let want = client
+        .model_infer(all_raw)
+        .await
+        .expect("all raw")
+        .into_inner();
+
+    let object = Object::new("mixed", 16);
+    object.write(0, &flags);
+    object.write(8, &text);
+    let register = SystemSharedMemoryRegisterRequest {
+        name: "mixed".into(),
+        key: object.key.clone(),
+        offset: 0,
+        byte_size: 16,
+    };
+    client
+        .system_shared_memory_register(register)
+        .await
+        .expect("register");
+    let mut placed = inputs();
+    placed[1].parameters = grpc_region("mixed", flags.len(), 0);
+    placed[3].parameters = grpc_region("mixed", text.len(), 8);
+    let mixed = request(placed, vec![&ints, &halves, &small]);
+    let got = client.model_infer(mixed).await.expect("mixed").into_inner();
+    assert_eq!(got.raw_output_contents, want.raw_output_contents);
+    assert!(!want.raw_output_contents.is_empty());
     server.stop().await;
 }
