@@ -100,7 +100,7 @@ fn decode_inputs(
         let binary_size =
             v2::size(&input.parameters, "binary_data_size").map_err(ApiError::bad_input)?;
         let tensor = regions::Tensor {
-            kind: "input",
+            side: regions::Side::Input,
             name,
         };
         let placed = regions.placement(tensor, &input.parameters)?;
@@ -256,7 +256,7 @@ pub(super) fn wanted(
         )));
     }
     let tensor = regions::Tensor {
-        kind: "output",
+        side: regions::Side::Output,
         name,
     };
     Ok(Wanted {

@@ -31,17 +31,27 @@ pub(super) const BYTE_SIZE: &str = "shared_memory_byte_size";
 /// Where in the region the tensor starts (0 if not given).
 pub(super) const OFFSET: &str = "shared_memory_offset";
 
+/// Which side of a request a tensor is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Side {
+    Input,
+    Output,
+}
+
 /// A tensor as messages name it: `input 'x'`, `output 'y'` (formatted only on an error).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Tensor<'a> {
-    /// `"input"` or `"output"`.
-    pub(super) kind: &'static str,
+    pub(super) side: Side,
     pub(super) name: &'a str,
 }
 
 impl std::fmt::Display for Tensor<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} '{}'", self.kind, self.name)
+        let side = match self.side {
+            Side::Input => "input",
+            Side::Output => "output",
+        };
+        write!(f, "{side} '{}'", self.name)
     }
 }
 
@@ -283,7 +293,7 @@ impl Placement {
         let len = self.byte_size as usize;
         codec::check_raw_len(name, datatype, count, len).map_err(ApiError::bad_input)?;
         let bytes = self.read(Tensor {
-            kind: "input",
+            side: Side::Input,
             name,
         })?;
         codec::check_raw(name, datatype, count, &bytes).map_err(ApiError::bad_input)?;
@@ -296,7 +306,7 @@ impl Placement {
     /// binary data and fails without its `binary_data_size`.
     pub(super) fn write_output(&self, name: &str, data: &[u8]) -> Result<(), ApiError> {
         let tensor = Tensor {
-            kind: "output",
+            side: Side::Output,
             name,
         };
         self.write(tensor, data)
@@ -362,7 +372,7 @@ mod tests {
     }
 
     const X: Tensor = Tensor {
-        kind: "input",
+        side: Side::Input,
         name: "x",
     };
 

@@ -97,23 +97,20 @@ pub struct Duration {
 impl InferenceStats {
     /// Triton's statistics of `totals`.
     pub fn of(totals: &Totals) -> Self {
-        let timed = |ns| Duration {
-            count: totals.timed,
+        let each_success = |ns| Duration {
+            count: totals.success,
             ns,
         };
         Self {
-            success: Duration {
-                count: totals.success,
-                ns: totals.success_ns,
-            },
+            success: each_success(totals.success_ns),
             fail: Duration {
                 count: totals.fail,
                 ns: 0,
             },
-            queue: timed(totals.queue_ns),
-            compute_input: timed(0),
-            compute_infer: timed(totals.compute_ns),
-            compute_output: timed(0),
+            queue: each_success(totals.queue_ns),
+            compute_input: each_success(0),
+            compute_infer: each_success(totals.compute_ns),
+            compute_output: each_success(0),
             ..Self::default()
         }
     }

@@ -83,7 +83,7 @@ pub fn decode(
             count,
         } = check_input(spec, &name, &input.datatype, &input.shape, &mut items)?;
         let tensor = regions::Tensor {
-            kind: "input",
+            side: regions::Side::Input,
             name: &name,
         };
         let placed = regions.placement(tensor, &placing(&input.parameters))?;

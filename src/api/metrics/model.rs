@@ -50,10 +50,9 @@ pub struct Totals {
     pub fail: u64,
     /// Items of the successful requests (a request of `n` items counts `n`).
     pub inferences: u64,
-    /// Successful requests whose times below are kept: every one whose answer carried
-    /// its batch's execution (all of them: a pipeline's sub-requests too).
-    pub timed: u64,
-    /// Of those: arrival to their batch's start, and their batches' runs.
+    /// Of the successful requests (each answer's event carries its batch's execution, a
+    /// pipeline's sub-requests' too): arrival to their batch's start, and their batches'
+    /// runs.
     pub queue_ns: u64,
     pub compute_ns: u64,
 }
@@ -69,9 +68,6 @@ pub(super) struct PerModel {
     pub request_us: IntCounter,
     queue_us: IntCounter,
     compute_us: IntCounter,
-    /// Successes whose queue and compute times are in the two counters above (their
-    /// answer's event carried their batch's execution).
-    timed: std::sync::atomic::AtomicU64,
     /// Batches run by size: (count, nanoseconds), for Triton's `batch_stats`.
     batches: std::sync::Mutex<std::collections::BTreeMap<u32, (u64, u64)>>,
     /// Milliseconds since the epoch of its last success (0: none yet).
@@ -134,7 +130,6 @@ impl PerModel {
             success_ns: self.request_us.get() * 1000,
             fail: self.failure.get(),
             inferences: self.count.get(),
-            timed: self.timed.load(std::sync::atomic::Ordering::Relaxed),
             queue_ns: self.queue_us.get() * 1000,
             compute_ns: self.compute_us.get() * 1000,
         }
@@ -151,8 +146,6 @@ impl PerModel {
     /// Where a success's time went: waiting from its arrival to its batch's start, and the
     /// batch's execution.
     pub fn ran(&self, queued: Nanos, compute: Nanos) {
-        self.timed
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.queue_us.inc_by(queued / 1000);
         self.compute_us.inc_by(compute / 1000);
         self.queued.observe(seconds(queued));
@@ -293,7 +286,6 @@ impl ModelFamilies {
             request_us: self.request_us.with_label_values(&l),
             queue_us: self.queue_us.with_label_values(&l),
             compute_us: self.compute_us.with_label_values(&l),
-            timed: Default::default(),
             batches: Default::default(),
             last_ms: Default::default(),
             pending: self.pending.with_label_values(&l),
