@@ -22,7 +22,7 @@ use super::v2::AnswerParameters;
 use super::ApiState;
 use crate::actors::messages::{Edge, InferError, Inferred, Submit};
 use crate::model::{ModelId, ModelSpec};
-use crate::scheduler::view::{judge, Admission, ModelView};
+use crate::scheduler::view::{judge, Admission, Due, ModelView};
 use crate::tensor::Tensor;
 use crate::time::{Clock, Nanos};
 
@@ -241,7 +241,11 @@ impl<'a> Front<'a> {
         }
         // Behind the requests already let through that the policy cannot see yet.
         let view = view.map(|v| v.behind(self.ahead.load(Ordering::Relaxed), now));
-        match judge(view.as_ref(), now, ahead, self.deadline) {
+        let due = Due {
+            arrival: self.arrival,
+            deadline: self.deadline,
+        };
+        match judge(view.as_ref(), now, ahead, due) {
             Admission::Admit if self.state.front.shed(&self.key, now) => {
                 Err(self.refuse(Stage::Throttled, 0))
             }

@@ -2,7 +2,8 @@
 //! about [`LET_THROUGH`] times the requests of a model that the server recently went on to
 //! accept (plus a [`FLOOR`]), and refuses the rest at once, before their bodies are read.
 //!
-//! Why: the admission view (`scheduler::view::judge`) leans towards admitting, and under
+//! Why: the admission view (`scheduler::view::judge`) cannot see all the policy sees (a
+//! request's items, other models' work on a shared device, margins in hindsight), and under
 //! ten times capacity most requests it lets through were still refused after their bodies
 //! were read and decoded (by the policy at admission, or `timed_out` in its queue; the
 //! overload bench counted three in four), so the one front-end core spent its time on

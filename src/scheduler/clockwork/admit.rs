@@ -20,6 +20,7 @@ use crate::scheduler::cover;
 use crate::scheduler::device::{DeviceMirror, Runs};
 use crate::scheduler::estimate::{Estimator, DRIFT_RUNS};
 use crate::scheduler::queue::Queued;
+use crate::scheduler::view::Buffer;
 use crate::scheduler::{Answer, Plan, Refusal, Request, Verdict};
 use crate::time::Nanos;
 
@@ -135,14 +136,28 @@ impl ClockworkPolicy {
     /// buffer for estimate error (learned per device, see `rewiden_buffer`), but never
     /// planned past the objective itself.
     fn internal_bounds(&self, request: Request) -> (Nanos, Nanos) {
-        let buffer = self.buffer;
-        let floor = if self.learned {
-            0
-        } else {
-            request.slo.min(self.params.schedule_ahead + buffer)
-        };
-        let window = request.slo.saturating_sub(buffer).max(floor);
-        bounds(request.arrival.saturating_add(window), request, buffer)
+        let buffer = self.objective_buffer();
+        let window = request.slo - buffer.kept_off(request.slo);
+        bounds(
+            request.arrival.saturating_add(window),
+            request,
+            buffer.width,
+        )
+    }
+
+    /// The margin taken off every objective (the edge keeps it too: `ModelView::buffer`):
+    /// until every device has learned its margins, an objective keeps at least
+    /// `schedule_ahead` plus the configured buffer, or nothing tight could ever run and be
+    /// measured.
+    pub(super) fn objective_buffer(&self) -> Buffer {
+        Buffer {
+            width: self.buffer,
+            floor: if self.learned {
+                0
+            } else {
+                self.params.schedule_ahead + self.buffer
+            },
+        }
     }
 
     /// Whether a request of `model` with (internal deadline, items, whether other models'

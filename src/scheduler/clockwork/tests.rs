@@ -4,6 +4,7 @@
 use super::*;
 use crate::gpu::profiles;
 use crate::model::RequestId;
+use crate::scheduler::view::{judge, Admission, Due};
 use crate::scheduler::Refusal;
 use crate::time::MS;
 
@@ -251,14 +252,20 @@ fn tight_objectives_never_plan_past_the_deadline() {
 }
 
 /// Under a burst, the request the queue ahead of it cannot drain in time is refused in
-/// the plan of its own arrival, the edge's view projected exactly that, and every request
-/// admitted before it is then served in time (exact durations).
+/// the plan of its own arrival, the edge's view projected exactly that (and the edge's
+/// rule, `judge`, with its objective, refuses exactly it), and every request admitted
+/// before it is then served in time (exact durations). Mutation that breaks it: the view
+/// without the policy's buffer (the edge admits what the policy refuses).
 #[test]
 fn a_request_the_queue_cannot_drain_in_time_is_refused_on_arrival() {
     let mut policy = policy(1, 100, 1);
     let now = warm(&mut policy);
     // 100 ms objective: internal deadline 95 ms after arrival.
     let internal = now + 95 * MS;
+    let due = Due {
+        arrival: now,
+        deadline: now + 100 * MS,
+    };
     let mut admitted = 0;
     let refused = loop {
         assert!(
@@ -266,16 +273,19 @@ fn a_request_the_queue_cannot_drain_in_time_is_refused_on_arrival() {
             "a burst of 1000 at once must overflow 95 ms"
         );
         let view = policy.view(ModelId(0), now).expect("the model is known");
+        let edge = judge(Some(&view), now, 0, due);
         let mut plan = Plan::default();
         policy.admit(request(admitted, 0, now, 100 * MS), now, &mut plan);
         if let Some(answer) = plan.answers.pop() {
             assert!(view.finish > internal, "the view projected it: {view:?}");
+            assert!(matches!(edge, Admission::Refuse { .. }), "{view:?}");
             break answer;
         }
         assert!(
             view.finish <= internal,
             "the view agreed to admit it: {view:?}"
         );
+        assert_eq!(edge, Admission::Admit, "{view:?}");
         admitted += 1;
     };
     assert!(admitted > 16, "more than one batch fits 95 ms: {admitted}");
