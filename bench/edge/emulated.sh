@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The edge bench with squeezenet's device emulated, so that a client gets a core of its
+# own on a 2-core host: the whole server (HTTP worker, decoders, controller and one `sim`
+# device that runs squeezenet at its measured ONNX Runtime times) pinned to core 0, the
+# client on core 1 (`--client-cores 1`) or on core 0 with the server (`--client-cores 0`).
+# What the front end does when its client is elsewhere, which the real bench cannot show
+# here (its device has core 1). An experiment, not issue 11's benchmark: the device is
+# emulated. See docs/EXPERIMENTS.md, "The edge judges by the policy's rule".
+#
+#   bench/edge/emulated.sh --bin PATH [--kind ort|cpu] [run.sh's arguments...]
+#
+# First starts the default server on squeezenet once to profile it (ONNX Runtime where
+# ORT_DYLIB_PATH names its library, else tract; `--kind` picks the profile's record),
+# then runs bench/edge/run.sh with a configuration of one `sim` device whose squeezenet
+# takes that profile's times.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bin=""
+kind=ort
+rest=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --bin) bin=$(realpath "$2"); shift 2 ;;
+        --kind) kind=$2; shift 2 ;;
+        *) rest+=("$1"); shift ;;
+    esac
+done
+[ -n "$bin" ] || { echo "--bin PATH is needed" >&2; exit 2; }
+py=$(scripts/edge_python.sh)
+scripts/onnx_testdata.sh
+work=$(mktemp -d)
+server_pid=
+cleanup() {
+    if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+}
+trap cleanup EXIT
+"$py" bench/edge/make_squeezenet.py \
+    target/onnx-testdata/onnx/backend/test/data/light/light_squeezenet.onnx "$work/repo" > /dev/null
+port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+
+# 1. Profile: the default configuration on this repository (no zoo), until ready.
+sed -e "s|^listen = .*|listen = \"127.0.0.1:$port\"|" -e "s|^path = \"models\"|path = \"$work/repo\"|" \
+    -e 's|^generate_zoo = true|generate_zoo = false|' config.toml > "$work/profile.toml"
+"$bin" serve --config "$work/profile.toml" > "$work/profile.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 1 600); do
+    curl -sf "http://127.0.0.1:$port/v2/models/squeezenet/ready" > /dev/null && break
+    kill -0 "$server_pid" 2>/dev/null || { tail "$work/profile.log" >&2; exit 1; }
+    sleep 0.5
+done
+cleanup
+server_pid=
+# The sim device reads its times from the record of kind `cpu`: the chosen one, renamed.
+"$py" - "$work/repo/squeezenet/1/profile.json" "$kind" <<'EOF'
+import json, sys
+path, kind = sys.argv[1], sys.argv[2]
+records = [r for r in json.load(open(path)) if r["kind"] == kind]
+if not records:
+    sys.exit(f"no {kind} record in the profile (is ORT_DYLIB_PATH set for ort?)")
+records[0]["kind"] = "cpu"
+json.dump(records[:1], open(path, "w"), indent=2)
+batches = {b["batch"]: round(b["latency"]["p50"] / 1e6, 2) for b in records[0]["profile"]["batches"]}
+print(f"emulated: squeezenet at its {kind} times, ms by batch size {batches}")
+EOF
+echo 'backends = ["sim"]' >> "$work/repo/squeezenet/config.toml"
+
+# 2. The bench on one sim device, the server pinned to core 0.
+"$py" - config.toml "$work/repo" > "$work/emulated.toml" <<'EOF'
+import re, sys
+text = open(sys.argv[1]).read()
+text = text.replace('path = "models"', f'path = "{sys.argv[2]}"')
+text = text.replace("generate_zoo = true", "generate_zoo = false")
+devices = re.compile(r'\[\[devices\]\]\n(?:[^\[\n][^\n]*\n|\n)*(?:\[devices\.cpu\]\n(?:[^\[\n][^\n]*\n)*)?')
+text, n = devices.subn('[[devices]]\nbackend = "sim"\nprofile = "v100"\ncount = 1\n\n', text, count=1)
+if n != 1:
+    sys.exit("config.toml: no [[devices]] group to replace")
+print(text, end="")
+EOF
+printf '#!/bin/sh\nexec taskset -c 0 %s "$@"\n' "$bin" > "$work/pinned.sh"
+chmod +x "$work/pinned.sh"
+bench/edge/run.sh --bin "$work/pinned.sh" --config "$work/emulated.toml" "${rest[@]}"
