@@ -62,21 +62,7 @@ fn replay(dir: &Path, days: &[Vec<u8>], rate: f64) -> Result<usize, String> {
         .count())
 }
 
-/// Whether a file holds a count above a million: replayed as it is (rate 0), such a
-/// minute is legitimately held whole (up to `trace::MAX_MINUTE_ARRIVALS`; above it the
-/// replay is refused at open), which is slow and large, so the fuzz targets leave such
-/// files out.
-fn has_huge_count(bytes: &[u8]) -> bool {
-    bytes
-        .split(|&b| b == b',' || b == b'\n')
-        .filter_map(|field| std::str::from_utf8(field).ok()?.trim().parse::<u64>().ok())
-        .any(|n| n > 1_000_000)
-}
-
 fn check(days: &[Vec<u8>], rate: f64) {
-    if rate == 0.0 && days.iter().any(|d| has_huge_count(d)) {
-        return;
-    }
     let dir = scratch();
     let (result, largest) = largest_allocation(|| replay(&dir, days, rate));
     let _ = std::fs::remove_dir_all(&dir);
@@ -117,12 +103,13 @@ proptest! {
     }
 }
 
-/// The largest count the format allows, in one minute, replayed as it is: refused when the
-/// replay opens (a minute's arrivals are held at once, ~36 bytes each: 2^32 - 1 of them
-/// would ask for ~150 GB), quickly and without a large allocation. Mutation: without the
-/// check in `trace::replay` this test allocates until it is killed.
+/// The largest count the format allows, in one minute, replayed as it is: streamed, its
+/// first arrivals at once and without a large allocation (held, a minute's
+/// arrivals cost ~36 bytes each: 2^32 - 1 of them would ask for ~150 GB). Mutation: a
+/// `trace::HOLD_AT_MOST` of `u64::MAX` (every minute held) asks for tens of gigabytes at
+/// the first minute (not run: it takes the machine's memory).
 #[test]
-fn a_minute_too_busy_to_hold_is_refused_at_open() {
+fn a_minute_too_busy_to_hold_is_streamed() {
     let text = String::from_utf8(day_file()).expect("text");
     let huge = text.replacen(",o0,a0,f0,http,0,", ",o0,a0,f0,http,4294967295,", 1);
     let huge = huge.replacen("\no0,a0,f0,http,0,", "\no0,a0,f0,http,4294967295,", 1);
@@ -130,7 +117,6 @@ fn a_minute_too_busy_to_hold_is_refused_at_open() {
     let dir = scratch();
     let (result, largest) = largest_allocation(|| replay(&dir, &[huge.into_bytes()], 0.0));
     let _ = std::fs::remove_dir_all(&dir);
-    let error = result.expect_err("refused");
-    assert!(error.contains("more than the"), "{error}");
+    assert_eq!(result, Ok(10_000), "the bounded drain takes its 10,000");
     assert!(largest <= ALLOCATION_LIMIT, "{largest} bytes");
 }

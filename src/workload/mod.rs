@@ -14,6 +14,7 @@
 //!
 //! `popularity.rs` holds the Zipf model picker the synthetic kinds share.
 
+mod busy_minute;
 mod closed;
 mod maf_csv;
 mod popularity;
@@ -263,22 +264,6 @@ pub enum WorkloadError {
         minutes: u64,
         /// The rate asked for.
         rate: f64,
-    },
-    /// One trace minute would make more arrivals than a replay holds at once.
-    #[error(
-        "{}: trace minute {minute} makes {arrivals:.0} arrivals (after scaling to the rate), \
-         more than the {limit} a replay holds at once: lower --rate or use fewer trace minutes",
-        dir.display()
-    )]
-    MinuteTooBusy {
-        /// The trace directory.
-        dir: PathBuf,
-        /// The trace minute (from 0).
-        minute: u64,
-        /// Its arrivals, scaled.
-        arrivals: f64,
-        /// The most one minute may make (`trace::MAX_MINUTE_ARRIVALS`).
-        limit: u64,
     },
 }
 

@@ -23,8 +23,11 @@
 //!
 //! Files are read twice (ranking, then per-minute counts) rather than held whole: a real
 //! day has tens of thousands of functions, and only the per-model window is kept
-//! (`minutes * models` counts). Arrivals are made one trace minute at a time. The file
-//! format itself is read and checked by `maf_csv.rs`.
+//! (`minutes * models` counts). Arrivals are made one trace minute at a time, held (the
+//! minute's times drawn at once, then its labels shuffled), or, for a minute of more than
+//! [`HOLD_AT_MOST`] arrivals, streamed one at a time (`busy_minute.rs`), so that no count
+//! in a file, however large, is ever held. The file format itself is read and checked by
+//! `maf_csv.rs`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -34,6 +37,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_distr::Exp1;
 
+use super::busy_minute::BusyMinute;
 use super::maf_csv::{for_each_row, DAY_MINUTES};
 use super::{check, check_models, Arrival, ArrivalStream, WorkloadError, WorkloadParams};
 use crate::time::Nanos;
@@ -111,7 +115,6 @@ pub(crate) fn replay(
             rate: params.rate,
         });
     };
-    check_minutes(dir, &counts, models, factor)?;
     Ok(TraceStream {
         counts,
         models,
@@ -125,36 +128,16 @@ pub(crate) fn replay(
         pos: 0,
         labels: Vec::new(),
         spacing: Vec::new(),
+        minute: Vec::new(),
+        busy: None,
     })
 }
 
-/// Arrivals one trace minute may make: a replay holds a minute's arrivals at once (about
-/// 36 bytes each with its scratch), so this keeps a replay under about 1 GiB. The busiest
-/// minute of the published trace, all functions together, is far below it.
-pub const MAX_MINUTE_ARRIVALS: u64 = 30_000_000;
-
-/// Refuses a trace whose busiest minute (scaled by `factor`) would make more arrivals
-/// than [`MAX_MINUTE_ARRIVALS`], before anything is generated.
-fn check_minutes(
-    dir: &Path,
-    counts: &[u32],
-    models: usize,
-    factor: f64,
-) -> Result<(), WorkloadError> {
-    for (minute, row) in counts.chunks(models.max(1)).enumerate() {
-        let arrivals = row.iter().map(|&n| f64::from(n)).sum::<f64>() * factor;
-        // `+ 1` per model: stochastic rounding may add one to each count.
-        if arrivals + models as f64 > MAX_MINUTE_ARRIVALS as f64 {
-            return Err(WorkloadError::MinuteTooBusy {
-                dir: dir.to_path_buf(),
-                minute: minute as u64,
-                arrivals,
-                limit: MAX_MINUTE_ARRIVALS,
-            });
-        }
-    }
-    Ok(())
-}
+/// Arrivals of one minute a replay holds at once (about 36 bytes each with its scratch:
+/// 36 MB); a busier minute is streamed (`busy_minute.rs`). Every minute of the published
+/// trace is held (its busiest, all functions together, is far below it), so replays of
+/// it draw exactly as they did before streaming existed.
+pub const HOLD_AT_MOST: u64 = 1_000_000;
 
 /// Pass 1: the model of every function, from its rank by total count inside the window
 /// (busiest first, ties by the hash columns), in contiguous blocks per model.
@@ -222,33 +205,54 @@ pub(crate) struct TraceStream {
     /// Scratch: the model of each arrival of a minute, then cumulative exponential gaps.
     labels: Vec<u32>,
     spacing: Vec<f64>,
+    /// Scratch: each model's arrivals in the current minute.
+    minute: Vec<(u32, u64)>,
+    /// The current minute, when it is too busy to hold.
+    busy: Option<BusyMinute>,
 }
 
 impl TraceStream {
-    /// Fills `buf` with the arrivals of the next minute that has any.
+    /// Each model's arrivals in minute `m` into `self.minute`: its count, scaled by the
+    /// factor with stochastic rounding (which keeps the expected count exact). Answers
+    /// their sum.
+    fn count_minute(&mut self, m: usize) -> u64 {
+        self.minute.clear();
+        let row = &self.counts[m * self.models..(m + 1) * self.models];
+        for (model, &n) in row.iter().enumerate() {
+            let k = if self.factor == 1.0 {
+                u64::from(n)
+            } else {
+                let x = f64::from(n) * self.factor;
+                let floor = x.floor();
+                floor as u64 + u64::from(self.rng.random::<f64>() < x - floor)
+            };
+            self.minute.push((model as u32, k));
+        }
+        self.minute.iter().map(|&(_, k)| k).sum()
+    }
+
+    /// Fills `buf` with the arrivals of the next minute that has any, or starts streaming
+    /// it into `busy` if it has more than [`HOLD_AT_MOST`].
     fn fill(&mut self) {
         self.buf.clear();
         self.pos = 0;
-        while self.buf.is_empty() && self.next_minute < self.minutes {
+        while self.buf.is_empty() && self.busy.is_none() && self.next_minute < self.minutes {
             let m = self.next_minute as usize;
             self.next_minute += 1;
-            self.labels.clear();
-            let row = &self.counts[m * self.models..(m + 1) * self.models];
-            for (model, &n) in row.iter().enumerate() {
-                let k = if self.factor == 1.0 {
-                    n as usize
-                } else {
-                    // Stochastic rounding keeps the expected count exact.
-                    let x = f64::from(n) * self.factor;
-                    let floor = x.floor();
-                    floor as usize + usize::from(self.rng.random::<f64>() < x - floor)
-                };
-                let model = model as u32;
-                self.labels.extend(std::iter::repeat_n(model, k));
-            }
-            let n = self.labels.len();
+            let n = self.count_minute(m);
             if n == 0 {
                 continue;
+            }
+            let start = m as f64 * self.minute_ns;
+            if n > HOLD_AT_MOST {
+                let counts = self.minute.iter().copied();
+                let busy = BusyMinute::new((start, self.minute_ns), counts, &mut self.rng);
+                self.busy = Some(busy);
+                return;
+            }
+            self.labels.clear();
+            for &(model, k) in &self.minute {
+                self.labels.extend(std::iter::repeat_n(model, k as usize));
             }
             // n uniform times in the minute, already sorted: normalised partial sums of
             // n + 1 exponentials (cheaper than sorting); which model each belongs to is a
@@ -260,7 +264,6 @@ impl TraceStream {
                 sum += self.rng.sample::<f64, _>(Exp1);
                 self.spacing.push(sum);
             }
-            let start = m as f64 * self.minute_ns;
             let scale = self.minute_ns / sum;
             for (&s, &model) in self.spacing.iter().zip(&self.labels) {
                 let at = (start + s * scale) as Nanos;
@@ -279,11 +282,23 @@ impl TraceStream {
 
 impl ArrivalStream for TraceStream {
     fn next_arrival(&mut self) -> Option<Arrival> {
-        if self.pos == self.buf.len() {
-            self.fill();
+        loop {
+            if let Some(busy) = &mut self.busy {
+                match busy.next(&mut self.rng) {
+                    Some(a) if a.at < self.end => return Some(a),
+                    // The minute is out, or past the end of the run.
+                    _ => self.busy = None,
+                }
+            }
+            if self.pos == self.buf.len() {
+                self.fill();
+                if self.busy.is_some() {
+                    continue;
+                }
+            }
+            let a = self.buf.get(self.pos).copied()?;
+            self.pos += 1;
+            return Some(a);
         }
-        let a = self.buf.get(self.pos).copied()?;
-        self.pos += 1;
-        Some(a)
     }
 }
