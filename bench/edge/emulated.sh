@@ -50,32 +50,10 @@ for _ in $(seq 1 600); do
 done
 cleanup
 server_pid=
-# The sim device reads its times from the record of kind `cpu`: the chosen one, renamed.
-"$py" - "$work/repo/squeezenet/1/profile.json" "$kind" <<'EOF'
-import json, sys
-path, kind = sys.argv[1], sys.argv[2]
-records = [r for r in json.load(open(path)) if r["kind"] == kind]
-if not records:
-    sys.exit(f"no {kind} record in the profile (is ORT_DYLIB_PATH set for ort?)")
-records[0]["kind"] = "cpu"
-json.dump(records[:1], open(path, "w"), indent=2)
-batches = {b["batch"]: round(b["latency"]["p50"] / 1e6, 2) for b in records[0]["profile"]["batches"]}
-print(f"emulated: squeezenet at its {kind} times, ms by batch size {batches}")
-EOF
-echo 'backends = ["sim"]' >> "$work/repo/squeezenet/config.toml"
-
-# 2. The bench on one sim device, the server pinned to core 0.
-"$py" - config.toml "$work/repo" > "$work/emulated.toml" <<'EOF'
-import re, sys
-text = open(sys.argv[1]).read()
-text = text.replace('path = "models"', f'path = "{sys.argv[2]}"')
-text = text.replace("generate_zoo = true", "generate_zoo = false")
-devices = re.compile(r'\[\[devices\]\]\n(?:[^\[\n][^\n]*\n|\n)*(?:\[devices\.cpu\]\n(?:[^\[\n][^\n]*\n)*)?')
-text, n = devices.subn('[[devices]]\nbackend = "sim"\nprofile = "v100"\ncount = 1\n\n', text, count=1)
-if n != 1:
-    sys.exit("config.toml: no [[devices]] group to replace")
-print(text, end="")
-EOF
+# 2. The bench on one sim device whose squeezenet takes the profile's times, the server
+#    pinned to core 0.
+"$py" bench/emulate.py repository "$work/repo" "$kind"
+"$py" bench/emulate.py config config.toml "$work/repo" > "$work/emulated.toml"
 printf '#!/bin/sh\nexec taskset -c 0 %s "$@"\n' "$bin" > "$work/pinned.sh"
 chmod +x "$work/pinned.sh"
 bench/edge/run.sh --bin "$work/pinned.sh" --config "$work/emulated.toml" "${rest[@]}"
