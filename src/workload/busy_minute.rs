@@ -18,8 +18,8 @@ use rand::Rng;
 use super::Arrival;
 use crate::time::Nanos;
 
-/// A model's next arrival in the minute.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// A model's next arrival in the minute; ordered, and equal, by time, then model.
+#[derive(Clone, Copy, Debug)]
 struct Next {
     /// When (the stream's clock), ordered first.
     at: Nanos,
@@ -28,6 +28,12 @@ struct Next {
     u: f64,
     /// The model's arrivals still to come after it.
     left: u64,
+}
+
+impl PartialEq for Next {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
 }
 
 impl Eq for Next {}

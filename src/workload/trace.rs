@@ -134,9 +134,9 @@ pub(crate) fn replay(
 }
 
 /// Arrivals of one minute a replay holds at once (about 36 bytes each with its scratch:
-/// 36 MB); a busier minute is streamed (`busy_minute.rs`). Every minute of the published
-/// trace is held (its busiest, all functions together, is far below it), so replays of
-/// it draw exactly as they did before streaming existed.
+/// 36 MB); a busier minute is streamed (`busy_minute.rs`). A replay scaled to `rate`
+/// makes about `60 * rate` arrivals a trace minute at most (fewer when compressed): the
+/// simulator's experiments stay below it, and draw exactly as before streaming existed.
 pub const HOLD_AT_MOST: u64 = 1_000_000;
 
 /// Pass 1: the model of every function, from its rank by total count inside the window
