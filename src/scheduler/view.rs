@@ -76,7 +76,11 @@ impl Buffer {
 /// the objective less the time its answer needs after the batch, as the policy gets it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Due {
+    /// When its head was read: its objective runs from here, and the policy's buffer is
+    /// a share of that objective ([`Buffer::kept_off`]).
     pub arrival: Nanos,
+    /// When its answer must be ready after the batch: the arrival plus the objective, less
+    /// the reserve for the way back that the policy is given too.
     pub deadline: Nanos,
 }
 
