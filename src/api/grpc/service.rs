@@ -31,14 +31,11 @@ pub struct GrpcApi {
 
 type Answer<T> = Result<Response<T>, Status>;
 
-/// The protocol's empty version: the one the server serves.
-fn version(v: &str) -> Option<&str> {
-    Some(v).filter(|v| !v.is_empty())
-}
-
-/// The protocol's empty name where a call takes one or all (regions, statistics): all.
-fn named(name: &str) -> Option<&str> {
-    Some(name).filter(|n| !n.is_empty())
+/// A string field as given: proto3 has no absent string, so an empty one is none (an
+/// empty version: the one the server serves; an empty name where a call takes one or all,
+/// regions or statistics: all).
+fn given(field: &str) -> Option<&str> {
+    Some(field).filter(|f| !f.is_empty())
 }
 
 /// Lets a call of `role` through if the access rules of the HTTP routes (`access.rs`)
@@ -73,7 +70,7 @@ impl GrpcInferenceService for GrpcApi {
     /// an unknown model or version is NOT_FOUND.
     async fn model_ready(&self, request: Request<ModelReadyRequest>) -> Answer<ModelReadyResponse> {
         let r = request.into_inner();
-        let checked = models::check_ready(&self.state, &r.name, version(&r.version)).await;
+        let checked = models::check_ready(&self.state, &r.name, given(&r.version)).await;
         match checked {
             Ok(()) => Ok(Response::new(ModelReadyResponse { ready: true })),
             Err(e) if matches!(e.kind(), Outcome::UnknownModel | Outcome::UnknownVersion) => {
@@ -106,7 +103,7 @@ impl GrpcInferenceService for GrpcApi {
             shape: t.shape,
         };
         answer(
-            models::describe(&self.state, &r.name, version(&r.version)).map(|m| {
+            models::describe(&self.state, &r.name, given(&r.version)).map(|m| {
                 ModelMetadataResponse {
                     name: m.name,
                     versions: m.versions,
@@ -140,7 +137,7 @@ impl GrpcInferenceService for GrpcApi {
         request: Request<ModelConfigRequest>,
     ) -> Answer<ModelConfigResponse> {
         let r = request.into_inner();
-        let json = models::configuration(&self.state, &r.name, version(&r.version));
+        let json = models::configuration(&self.state, &r.name, given(&r.version));
         answer(json.map(|c| ModelConfigResponse {
             config: Some(config::from_json(&c)),
         }))
@@ -194,7 +191,7 @@ impl GrpcInferenceService for GrpcApi {
         request: Request<SystemSharedMemoryStatusRequest>,
     ) -> Answer<SystemSharedMemoryStatusResponse> {
         let name = request.into_inner().name;
-        let listed = self.state.regions.status(named(&name));
+        let listed = self.state.regions.status(given(&name));
         let region = |r: RegionStatus| {
             let status = ProtoRegion {
                 name: r.name.clone(),
@@ -230,7 +227,7 @@ impl GrpcInferenceService for GrpcApi {
     ) -> Answer<SystemSharedMemoryUnregisterResponse> {
         allowed(&self.state, &request, Role::Admin)?;
         let name = request.into_inner().name;
-        let unregistered = self.state.regions.unregister(named(&name));
+        let unregistered = self.state.regions.unregister(given(&name));
         answer(unregistered.map(|()| SystemSharedMemoryUnregisterResponse {}))
     }
 
@@ -240,7 +237,7 @@ impl GrpcInferenceService for GrpcApi {
         request: Request<ModelStatisticsRequest>,
     ) -> Answer<ModelStatisticsResponse> {
         let r = request.into_inner();
-        let selected = stats::select(&self.state, named(&r.name), version(&r.version));
+        let selected = stats::select(&self.state, given(&r.name), given(&r.version));
         answer(selected.map(|all| ModelStatisticsResponse {
             model_stats: all.into_iter().map(model_statistics).collect(),
         }))
