@@ -206,10 +206,43 @@ class Pauses:
                                 round((now - self.began) * 1e3, 2), info["generation"]))
 
 
+class Phases:
+    """When each step of one request happened, as aiohttp's tracing reports them
+    (perf_counter seconds): `connect` and `connected` only when the request opened a new
+    connection, `head_sent` when its head was written, `answer_head` when the answer's
+    head was read. Between `head_sent` and `answer_head`, the server held the request for
+    its Server-Timing `edge`; the rest of that interval is the request's bytes waiting
+    before the server read its head and the answer's after the server encoded it (and
+    this client's own delay in reading it)."""
+
+    @staticmethod
+    def config():
+        trace = aiohttp.TraceConfig()
+
+        def at(field):
+            async def mark(session, ctx, params):
+                if ctx.trace_request_ctx is not None:
+                    ctx.trace_request_ctx[field] = time.perf_counter()
+            return mark
+
+        trace.on_connection_create_start.append(at("connect"))
+        trace.on_connection_create_end.append(at("connected"))
+        trace.on_request_headers_sent.append(at("head_sent"))
+        trace.on_request_end.append(at("answer_head"))
+        return trace
+
+    @staticmethod
+    def fields(marks, begin):
+        """The marks as milliseconds from the request's start, for its log line."""
+        return {f"{k}_ms": round((v - begin) * 1e3, 3) for k, v in marks.items()}
+
+
 async def one(session, url, body, headers, tally):
     begin = time.perf_counter()
+    marks = {}
     try:
-        async with session.post(url, data=body, headers=headers) as response:
+        async with session.post(url, data=body, headers=headers,
+                                trace_request_ctx=marks) as response:
             payload = await response.read()
             latency = time.perf_counter() - begin
             error_type = None
@@ -228,6 +261,7 @@ async def one(session, url, body, headers, tally):
                     "latency_ms": round(latency * 1e3, 3),
                     "edge_ms": edge_ms,
                     "exec_ms": server_timing_ms(response, "exec"),
+                    **Phases.fields(marks, begin),
                 })
     except (aiohttp.ClientError, asyncio.TimeoutError) as e:
         key = f"connection:{type(e).__name__}"
@@ -240,7 +274,9 @@ async def run(args):
         sys.exit("only 127.0.0.1 may be targeted")
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=args.request_timeout)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+    traces = [Phases.config()] if args.log else []
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout,
+                                     trace_configs=traces) as session:
         async with session.get(f"{base}/v2/models/{args.model}") as response:
             if response.status != 200:
                 sys.exit(f"model metadata: HTTP {response.status}: {await response.text()}")
@@ -374,7 +410,9 @@ def main():
     )
     parser.add_argument("--out", help="write the JSON here too")
     parser.add_argument(
-        "--log", help="one JSON line per answered request: sent_s, status, latency, Server-Timing"
+        "--log",
+        help="one JSON line per answered request: sent_s, status, latency, Server-Timing, "
+        "and its steps as aiohttp traces them (Phases)",
     )
     parser.add_argument(
         "--until-ok", action="store_true", help="warm-up: until the first 200, one at a time"

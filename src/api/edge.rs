@@ -51,13 +51,21 @@ pub fn arrival(request: &HttpRequest, clock: &Clock) -> Nanos {
 }
 
 /// A refused request's body is taken and dropped (keeping its connection open) only if
-/// it declares at most this many bytes: a few segments, already in the server's buffers
-/// when a client sends head and body together. A larger one is never read: the answer
-/// goes at once and the connection closes after it.
-pub const DISCARD_BYTES: u64 = 64 << 10;
+/// it declares at most this many bytes and comes within [`DISCARD_WAIT`]: about what a
+/// 10 Gb/s link carries in that time (a client that sends head and body together has sent
+/// it by then; squeezenet's 602 KB binary and 1.4 MB JSON bodies came within it on the
+/// loopback); a larger body could not. A larger or slower one is never read: the answer
+/// goes at once (or after the wait) and the connection closes after it. Closing was the
+/// cheaper answer only for the server: the client's next request then opened a
+/// connection, which under overload cost an open-loop client on a core of its own 1-16 ms
+/// before its head went out, and more than half of the answers late at that client
+/// (docs/EXPERIMENTS.md, "A refusal keeps its connection"); and the closed connection's
+/// body was read anyway, by actix's lingering close, for as long as the client sent it.
+pub const DISCARD_BYTES: u64 = 2 << 20;
 
-/// How long a refusal waits for such a small body before it is answered anyway (and its
-/// connection closed): a client that sent the head alone does not delay its refusal.
+/// How long a refusal waits for such a body before it is answered anyway (and its
+/// connection closed): a client that sent the head alone, or sends slowly, does not delay
+/// its refusal longer.
 pub const DISCARD_WAIT: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// After a refusal before reading: takes and drops the body if it declares at most
