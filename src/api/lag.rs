@@ -18,9 +18,11 @@
 //! Taking the largest, one such stall of ~45 ms refused the next requests on an idle
 //! server: with the lag counted on the way in and on the way back, and the device's
 //! backlog, nothing was left of a 100 ms objective (perf_analyzer's first request, or all
-//! four of its threads at concurrency 4, on the edge bench; docs/EXPERIMENTS.md). A thread
-//! that is no HTTP worker (gRPC's) has no probe and no lag. Under a paused clock the probe
-//! wakes exactly on time.
+//! four of its threads at concurrency 4, on the edge bench; docs/EXPERIMENTS.md). The gRPC
+//! server's thread has a probe too: its calls run on it, a runtime of one thread, and
+//! wait for it as an HTTP worker's requests wait for theirs (`start_runtime_probe`); a
+//! gRPC server on a runtime of several threads (tests) has none, and no lag. Under a
+//! paused clock the probe wakes exactly on time.
 
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
@@ -75,14 +77,32 @@ thread_local! {
 /// Starts the calling worker's probe, once per thread: called where each HTTP worker
 /// builds its application (`api::app`), inside the worker's task set.
 pub fn start_probe() {
+    once_per_thread(|| {
+        actix_web::rt::spawn(probe());
+    });
+}
+
+/// Starts the probe of the thread that runs the calling task, once per thread, if the
+/// runtime has only that thread (the gRPC server's, `serve::start_grpc`): on one of
+/// several threads, the probe would measure whichever thread ran it at each wake-up.
+pub fn start_runtime_probe() {
+    let handle = tokio::runtime::Handle::current();
+    if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread {
+        once_per_thread(|| {
+            handle.spawn(probe());
+        });
+    }
+}
+
+fn once_per_thread(start: impl FnOnce()) {
     if !PROBING.get() {
         PROBING.set(true);
-        actix_web::rt::spawn(probe());
+        start();
     }
 }
 
 /// The calling worker's lag: how long a task ready now waits for it, as its wake-ups
-/// repeat it (see the module); zero on a thread without a probe (gRPC's).
+/// repeat it (see the module); zero on a thread without a probe.
 pub fn current() -> Nanos {
     RECENT.with_borrow(Recent::lag)
 }
@@ -133,6 +153,20 @@ mod tests {
     #[actix_web::test]
     async fn a_worker_blocked_for_a_while_shows_it_as_lag() {
         start_probe();
+        assert_blocking_shows_as_lag().await;
+    }
+
+    /// The gRPC server's thread, a runtime of one thread as `#[tokio::test]` makes.
+    ///
+    /// Mutation that breaks it: `start_runtime_probe` starting nothing.
+    #[tokio::test]
+    async fn a_runtime_of_one_thread_blocked_for_a_while_shows_it_as_lag() {
+        start_runtime_probe();
+        assert_blocking_shows_as_lag().await;
+    }
+
+    /// Keeps the thread from waking its probe twice, then expects the lag to show it.
+    async fn assert_blocking_shows_as_lag() {
         assert_eq!(current(), 0);
         // Let the probe take its first sleep, then keep the worker from waking it, twice.
         tokio::time::sleep(Duration::from_millis(1)).await;

@@ -46,6 +46,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
     let (clock, settings) = (state.clock, state.settings);
+    // The calls run on this thread (a runtime of its own): its lag counts in their time.
+    super::lag::start_runtime_probe();
     let limit = settings.max_body_bytes;
     let closing = CancellationToken::new();
     let streams = closing.clone();
