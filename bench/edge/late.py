@@ -7,8 +7,8 @@ its own garbage-collection pauses while the request was out (`client_gc_pauses`:
 pause between its sending and its reading delays one or the other), those it sent in the
 first 0.2 s of a rate, those that opened a connection of their own and would have been in
 time without the client's connecting before their head went out (client.py's
-`connect_ms`/`head_sent_ms`; a refusal before reading closes its connection, so the next
-request on it connects again), and the rest, with the largest time the server said it
+`connect_ms`/`head_sent_ms`; a refusal that leaves its body unread closes its
+connection, so the next request on it connects again), and the rest, with the largest time the server said it
 held one of those (how close to the objective it let them go) and the largest time one of
 them spent outside the server after its head was written (from `head_sent_ms` to
 `answer_head_ms`, less the server's `edge`: its bytes waiting for the server to read its

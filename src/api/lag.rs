@@ -94,6 +94,7 @@ pub fn start_runtime_probe() {
     }
 }
 
+/// Runs `start` unless this thread's probe was started already.
 fn once_per_thread(start: impl FnOnce()) {
     if !PROBING.get() {
         PROBING.set(true);
