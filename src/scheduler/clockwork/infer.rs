@@ -331,7 +331,8 @@ impl ClockworkPolicy {
     /// this is the largest batch the queue fills; under overload it keeps batches large
     /// instead of collapsing to batch 1 for requests that are about to expire (SLOpt's
     /// adaptive batch drop), but only when it serves at least `SKIP_GAIN` times as many
-    /// requests per unit of device time as the best batch that leaves nobody behind.
+    /// requests per unit of device time as the best batch that leaves nobody behind, both
+    /// by the sizes' recent means and by the device kind's profile (`profile_gain`).
     /// Without early drop: the largest batch the queue fills.
     fn choose_batch(&self, model: ModelId, runs: Runs, start: Nanos) -> (usize, bool) {
         let m = &self.models[model.0 as usize];
@@ -340,10 +341,9 @@ impl ClockworkPolicy {
         // of many items is never starved by sizes too small to hold it.
         let front = m.queue.front().map_or(1, |q| q.items);
         let needs = cover(&m.batches, front).unwrap_or(0);
-        let mut best = needs;
-        let mut best_rate = 0.0;
+        let (mut best, mut best_rate, mut best_served) = (needs, 0.0, 0);
         // The best batch that leaves behind no request a smaller batch would serve.
-        let (mut whole, mut whole_rate) = (needs, 0.0);
+        let (mut whole, mut whole_rate, mut whole_served) = (needs, 0.0, 0);
         // Items even batch 1 finishes too late for: lost whatever is chosen.
         let mut lost_anyway = 0;
         for (b, &size) in m.batches.iter().enumerate() {
@@ -372,18 +372,52 @@ impl ClockworkPolicy {
             // Per unit of device time as runs of this size take on average (`exec_mean`).
             let rate = served as f64 / self.run_mean(model, runs, b).max(1) as f64;
             if rate >= best_rate {
-                (best, best_rate) = (b, rate);
+                (best, best_rate, best_served) = (b, rate, served);
             }
             if items - fit <= lost_anyway && rate >= whole_rate {
-                (whole, whole_rate) = (b, rate);
+                (whole, whole_rate, whole_served) = (b, rate, served);
             }
         }
         // Leaving urgent requests behind pays only when larger batches are clearly cheaper
         // per request (a GPU's); where they are not (a cpu's run time grows with the batch),
         // it would give up requests for nothing.
-        if best_rate < SKIP_GAIN * whole_rate {
+        let gain = self.profile_gain(model, runs.kind, (best, best_served), (whole, whole_served));
+        if best_rate < SKIP_GAIN * whole_rate || gain < SKIP_GAIN {
             return (whole, false);
         }
         (best, best != whole)
+    }
+
+    /// How many times as many requests per unit of device time batch index `best`
+    /// serving `best_served` does as `whole` serving `whole_served`, by the device kind's
+    /// profile (every size measured back to back at registration; unbounded where it
+    /// lacks a time for either, so that the means alone decide).
+    ///
+    /// The recent means alone are not enough to leave a request behind: a size that runs
+    /// only now and then (batch 1 under overload, after an idle spell or at a change of
+    /// load) keeps a window of runs slower than the back-to-back runs of the larger size,
+    /// and once a larger batch looked cheaper by that, the size was never chosen, so never
+    /// measured, again: on squeezenet's cpu device the most urgent request was left
+    /// behind, and refused `timed_out` after ~92 ms, once every 100 ms for seconds
+    /// (docs/EXPERIMENTS.md, "The most urgent request left behind for a stale mean").
+    fn profile_gain(
+        &self,
+        model: ModelId,
+        kind: usize,
+        (best, best_served): (usize, usize),
+        (whole, whole_served): (usize, usize),
+    ) -> f64 {
+        let m = &self.models[model.0 as usize];
+        let Some(name) = self.kinds.get(kind) else {
+            return f64::INFINITY;
+        };
+        let profile = m.info.profile_for(name);
+        let time = |b: usize| profile.latency(m.batches[b]).filter(|&t| t > 0);
+        match (time(best), time(whole)) {
+            (Some(b), Some(w)) if whole_served > 0 => {
+                (best_served as f64 / b as f64) / (whole_served as f64 / w as f64)
+            }
+            _ => f64::INFINITY,
+        }
     }
 }
