@@ -381,8 +381,11 @@ impl ClockworkPolicy {
         // Leaving urgent requests behind pays only when larger batches are clearly cheaper
         // per request (a GPU's); where they are not (a cpu's run time grows with the batch),
         // it would give up requests for nothing.
-        let gain = self.profile_gain(model, runs.kind, (best, best_served), (whole, whole_served));
-        if best_rate < SKIP_GAIN * whole_rate || gain < SKIP_GAIN {
+        // The profile is read only when the means would skip (not on every batch planned).
+        if best_rate < SKIP_GAIN * whole_rate
+            || self.profile_gain(model, runs.kind, (best, best_served), (whole, whole_served))
+                < SKIP_GAIN
+        {
             return (whole, false);
         }
         (best, best != whole)
