@@ -243,7 +243,8 @@ async fn a_server_told_to_answer_late_waits_past_the_deadline() {
 }
 
 /// A worker that has fallen behind its own work refuses a request before reading its
-/// body when the lag leaves it no time, even with the device idle: the request would wait
+/// body when the lag leaves it no time, even with the device idle, and names the stage
+/// `front_end_behind` (not `before_reading`, the model's backlog): the request would wait
 /// for the worker to read it and again to write its answer. One stall is not that: it is
 /// over once the worker runs again. Here the test's own thread is the worker (the API
 /// served in-process), and it blocks itself for longer than the objective, once and then
@@ -252,7 +253,7 @@ async fn a_server_told_to_answer_late_waits_past_the_deadline() {
 /// one stall is refused).
 #[actix_web::test]
 async fn a_worker_behind_its_own_work_refuses_before_reading() {
-    use actix_web::test::{call_service, init_service, TestRequest};
+    use actix_web::test::{call_service, init_service, read_body, TestRequest};
     let server = start().await;
     warm(&server).await;
     let app = init_service(clockwork::api::app(server.state.clone())).await;
@@ -280,12 +281,21 @@ async fn a_worker_behind_its_own_work_refuses_before_reading() {
         503,
         "a second stall within 50 ms of wake-ups"
     );
+    // Named for its cause: the front end, not the model's backlog.
+    let message = String::from_utf8_lossy(&read_body(answer).await).into_owned();
+    assert!(message.contains("front_end_behind"), "{message}");
     let metrics = String::from_utf8(server.get("/metrics").await.1).expect("text");
-    let refused = sum(
+    let stage = |name: &str| format!("stage=\"{name}\"");
+    let behind = sum(
         &metrics,
-        &["clockwork_edge_refusals", "stage=\"before_reading\""],
+        &["clockwork_edge_refusals", &stage("front_end_behind")],
     );
-    assert_eq!(refused, 1.0, "{metrics}");
+    assert_eq!(behind, 1.0, "{metrics}");
+    let backlog = sum(
+        &metrics,
+        &["clockwork_edge_refusals", &stage("before_reading")],
+    );
+    assert_eq!(backlog, 0.0, "{metrics}");
     server.stop().await;
 }
 

@@ -220,7 +220,7 @@ fn idle_and_slow_clients_do_not_hold_the_server() {
     // the server shed others' requests to the model (mutation that breaks it: reading
     // refusals counted in `shed::Throttle`, in `Front::refuse`); the wait also lets this
     // busy machine's scheduling of the 300 accepts pass, which the HTTP worker's lag
-    // counts against a request's time (a refusal `before_reading` otherwise).
+    // counts against a request's time (a refusal `front_end_behind` otherwise).
     std::thread::sleep(Duration::from_millis(200));
     // The server's own time (Server-Timing) is held to the objective for every answer;
     // the client's, which adds this busy test machine's scheduling of 300 accepts, at

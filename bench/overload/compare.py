@@ -11,8 +11,10 @@ the server (Server-Timing) at p50 and p99; refusal latency p50 and
 p99 at the client, and the p99 of a `deadline_unreachable` refusal inside the server; the
 CPU seconds of the devices' threads and of the rest over the burst (and the rest by
 thread name); the largest
-RSS; the first second after the burst (in time of offered); and each model's answers in
-time and `timed_out` during the burst.
+RSS; the first second after the burst (in time of offered); the refusals at the edge by
+stage (all models); each model's answers in time and `timed_out` during the burst; and,
+where the run printed its batches (`bench/overload/batches.py`), each model's device
+seconds and device time per item.
 """
 import json
 import re
@@ -41,6 +43,16 @@ def models(text):
     for m in re.finditer(r"^burst, (\w+): (\{.*\})$", text, re.M):
         counts = json.loads(m.group(2).replace("'", '"'))
         out[m.group(1)] = counts
+    return out
+
+
+def batches(text):
+    """Each model's device seconds and milliseconds an item over the burst, from the
+    `burst batches` lines: {model: (seconds, ms_per_item)}."""
+    out = {}
+    pattern = r"^burst batches, (\w+): .*?device ([\d.]+) s, ([\d.]+) ms an item"
+    for m in re.finditer(pattern, text, re.M):
+        out[m.group(1)] = (float(m.group(2)), float(m.group(3)))
     return out
 
 
@@ -82,10 +94,19 @@ def column(path):
         "RSS max MiB": during["rss_mib_max"],
         "first second after": f"{after['ok_in_slo']} of {after['offered']}",
     }
+    stages = {}
+    for counts in per_model.values():
+        for kind, n in counts.items():
+            if kind.startswith("edge_") and kind != "edge_late":
+                stages[kind[5:]] = stages.get(kind[5:], 0) + n
+    row["refused at the edge, by stage"] = ", ".join(
+        f"{k} {v}" for k, v in sorted(stages.items())) or "-"
     for model, counts in sorted(per_model.items()):
         if "ok" in counts or "timed_out" in counts:
             in_time, timed_out = counts.get("ok", 0), counts.get("timed_out", 0)
             row[f"{model}: in time / timed_out"] = f"{in_time} / {timed_out}"
+    for model, (seconds, per_item) in sorted(batches(text).items()):
+        row[f"{model}: device s (ms an item)"] = f"{seconds} ({per_item})"
     return row
 
 

@@ -31,7 +31,9 @@
 # Prints: the capacity (a closed-loop run's in-time answers per second), the burst's
 # outcomes with refusal latency p50/p99 and accepted answers' p99, the load generator's
 # server_timing.json (each kind of answer's time at the client, in the server and
-# outside it), the burst's answers per model by outcome and edge stage, readiness during
+# outside it), the burst's answers per model by outcome and edge stage, each model's
+# batches over the burst (bench/overload/batches.py: sizes, device seconds, device time an
+# item, from Triton's statistics before and after), readiness during
 # the burst, RSS first/max/last, the CPU the server's threads and the load generator used
 # over the burst (seconds, and microseconds per offered request), the connections accepted
 # during it, and a second of 0.5x capacity before the burst and each of the five seconds
@@ -136,6 +138,7 @@ echo "a second before (0.5x, $after/s): $(summary "$work/before")"
 connections() { curl -s "$base/metrics" | awk '/^clockwork_http_connections_total /{print $2}'; }
 connections_before=$(connections)
 curl -s "$base/metrics" > "$work/metrics_before"
+curl -s "$base/v2/models/stats" > "$work/stats_before"
 python3 bench/overload/sample.py --base "$base" --pid "$server_pid" --stop "$work/stop" > "$work/sample.json" &
 sampler_pid=$!
 "${pin[@]}" "$bin" loadgen --url "$base" --workload poisson --rate "$rate" --duration "${duration}s" --max-in-flight "$in_flight" --quiet --out "$work/burst" 2> /dev/null > /dev/null &
@@ -185,6 +188,7 @@ echo "during the burst: $(cat "$work/sample.json")"
 # The burst's own answers per model or pipeline: outcomes and the edge's refusals by stage;
 # and per pipeline stage, its sub-requests' outcomes (already in their model's).
 curl -s "$base/metrics" > "$work/metrics_after"
+curl -s "$base/v2/models/stats" > "$work/stats_after"
 python3 - "$work/metrics_before" "$work/metrics_after" <<'PY'
 import collections, re, sys
 def read(path):
@@ -208,6 +212,8 @@ for model in models:
     row = {kind: int(v) for (m, kind), v in sorted(diff.items()) if m == model and v}
     print(f"burst, {model}: {row}")
 PY
+# The burst's batches per model (Triton's statistics): how the device's time was spent.
+python3 bench/overload/batches.py "$work/stats_before" "$work/stats_after"
 echo "connections accepted during the burst: $(( $(connections) - ${connections_before:-0} ))"
 
 # Normal load again, one second at a time: how soon it is served as before the burst.

@@ -179,15 +179,23 @@ pub enum Stage {
     /// Before reading: more of the model's requests were being let through than the
     /// server went on to accept (`shed::Throttle`).
     Throttled,
+    /// Before reading: the worker serving the request is so far behind its own work (its
+    /// lag, `lag.rs`) that the front end alone leaves no time, whatever the devices'
+    /// backlog. Told apart from `BeforeReading` because the remedy differs: the front
+    /// end needs cores (or its clients fewer on its cores), not the model more devices;
+    /// under the zoo's burst, with the load generator on the front end's core, nineteen
+    /// in twenty refusals at the edge were this (docs/RELIABILITY.md).
+    FrontEndBehind,
 }
 
 impl Stage {
     /// Every stage, so a model's refusal series can start at zero.
-    pub const ALL: [Stage; 4] = [
+    pub const ALL: [Stage; 5] = [
         Stage::BeforeReading,
         Stage::Reading,
         Stage::Decoding,
         Stage::Throttled,
+        Stage::FrontEndBehind,
     ];
 
     /// Its name as a metric label and in messages.
@@ -197,6 +205,7 @@ impl Stage {
             Stage::Reading => "reading",
             Stage::Decoding => "decoding",
             Stage::Throttled => "throttled",
+            Stage::FrontEndBehind => "front_end_behind",
         }
     }
 }

@@ -237,7 +237,7 @@ impl<'a> Front<'a> {
         let ahead = e.read + wait + e.decode + self.lag;
         if self.lag > 0 && now.saturating_add(ahead) > self.deadline {
             // The front end alone cannot make it, whatever the devices' backlog.
-            return Err(self.refuse(Stage::BeforeReading, self.lag));
+            return Err(self.refuse(Stage::FrontEndBehind, self.lag));
         }
         // Behind the requests already let through that the policy cannot see yet.
         let view = view.map(|v| v.behind(self.ahead.load(Ordering::Relaxed), now));
