@@ -5,7 +5,7 @@
 #
 #   bench/overload/run.sh [--bin PATH] [--duration S] [--factor X] [--rate R]
 #                         [--max-in-flight N] [--perf DIR] [--client-cores front|any|LIST]
-#                         [--config FILE] [--keep DIR]
+#                         [--server-cores LIST] [--config FILE] [--keep DIR]
 #
 # --keep DIR: copies the burst's load-generator report (report.json, report.md: each
 # model's answers and latencies) and the server's log into DIR.
@@ -15,7 +15,8 @@
 # the server's `cores:` line), never on a core a cpu device is pinned to: a real client
 # runs on another machine, and one that shares a device's core stretches its runs, so
 # the policy admits work the device then cannot finish (`timed_out`). `any` leaves it
-# unpinned; a LIST is taskset's.
+# unpinned; a LIST is taskset's. --server-cores LIST starts the server under taskset
+# (bench/overload/emulated.sh: the whole server on core 0, its client on core 1).
 #
 # --max-in-flight N: the burst's load generator's bound on requests outstanding (default
 # 1024, loadgen's); arrivals beyond it are `client_overflow`. When the client and server
@@ -48,6 +49,7 @@ perf_dir=""
 fixed_rate=""
 in_flight=1024
 client_cores=front
+server_cores=""
 config=config.toml
 keep=""
 while [ $# -gt 0 ]; do
@@ -59,6 +61,7 @@ while [ $# -gt 0 ]; do
         --max-in-flight) in_flight=$2; shift 2 ;;
         --perf) perf_dir=$(realpath -m "$2"); mkdir -p "$perf_dir"; shift 2 ;;
         --client-cores) client_cores=$2; shift 2 ;;
+        --server-cores) server_cores=$2; shift 2 ;;
         --config) config=$2; shift 2 ;;
         --keep) keep=$(realpath -m "$2"); shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
@@ -86,7 +89,9 @@ trap cleanup EXIT
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 sed -e "s|^listen = .*|listen = \"127.0.0.1:$port\"|" "$config" > "$work/config.toml"
-(cd "$work" && RUST_LOG=warn,clockwork::serve=info,clockwork::actors::from_config=info exec "$bin" serve --config config.toml) 2> "$work/log" &
+server_pin=()
+[ -n "$server_cores" ] && server_pin=(taskset -c "$server_cores")
+(cd "$work" && RUST_LOG=warn,clockwork::serve=info,clockwork::actors::from_config=info exec "${server_pin[@]}" "$bin" serve --config config.toml) 2> "$work/log" &
 server_pid=$!
 base="http://127.0.0.1:$port"
 for _ in $(seq 1 1200); do

@@ -341,7 +341,7 @@ mod tests {
         assert_eq!(m.failure.get(), Outcome::ALL.len() as u64 - 2);
         m.refused_at_edge(Stage::Reading);
         let refusals: Vec<u64> = m.edge_refusals.iter().map(|c| c.get()).collect();
-        assert_eq!(refusals, [0, 1, 0, 0]);
+        assert_eq!(refusals, [0, 1, 0, 0, 0]);
     }
 
     /// Mutation that breaks it: the series resolved in another order than `Phase::ALL`

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The overload bench with the zoo's device emulated, so that the load generator gets a
+# core of its own on a 2-core host: the whole server (HTTP worker, decoders, controller,
+# metrics, and one `sim` device that runs each zoo model at its measured times) on core 0,
+# `clockwork loadgen` on core 1. What the server does under the burst when its client is
+# elsewhere, which the real bench cannot show here (its device holds core 1 and the
+# client shares the front end's). An experiment, not issue 15's benchmark: the device is
+# emulated, and its timers wait for core 0 like everything else on it (bench/emulate.py).
+#
+#   bench/overload/emulated.sh --bin PATH [--kind ort|cpu] [run.sh's arguments...]
+#
+# First serves the zoo once with the default configuration to profile it (ONNX Runtime
+# where ORT_DYLIB_PATH names its library, else tract; `--kind` picks the profile's
+# record), then runs bench/overload/run.sh on one `sim` device taking those times.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bin=""
+kind=ort
+rest=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --bin) bin=$(realpath "$2"); shift 2 ;;
+        --kind) kind=$2; shift 2 ;;
+        *) rest+=("$1"); shift ;;
+    esac
+done
+[ -n "$bin" ] || { echo "--bin PATH is needed" >&2; exit 2; }
+work=$(mktemp -d)
+server_pid=
+cleanup() {
+    if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+
+# 1. Profile: the default configuration, its zoo written into $work/repo, until ready.
+sed -e "s|^listen = .*|listen = \"127.0.0.1:$port\"|" -e "s|^path = \"models\"|path = \"$work/repo\"|" \
+    config.toml > "$work/profile.toml"
+"$bin" serve --config "$work/profile.toml" > "$work/profile.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 1 1200); do
+    curl -sf "http://127.0.0.1:$port/v2/health/ready" > /dev/null && break
+    kill -0 "$server_pid" 2>/dev/null || { tail "$work/profile.log" >&2; exit 1; }
+    sleep 0.5
+done
+kill "$server_pid" 2>/dev/null || true
+wait "$server_pid" 2>/dev/null || true
+server_pid=
+
+# 2. The bench on one sim device taking the profiles' times; server on core 0, client on 1.
+python3 bench/emulate.py repository "$work/repo" "$kind"
+python3 bench/emulate.py config config.toml "$work/repo" > "$work/emulated.toml"
+bench/overload/run.sh --bin "$bin" --config "$work/emulated.toml" --server-cores 0 \
+    --client-cores 1 "${rest[@]}"
