@@ -105,6 +105,17 @@ pub struct PolicyConfig {
     /// with it); with objectives within a few runs of a batch it may serve a few percent
     /// fewer (docs/EXPERIMENTS.md, "Admitted requests keep their place").
     pub protect_admitted: bool,
+    /// On a device shared with models of tighter objectives that are busy (requests in
+    /// the rate window), a request with a looser objective is admitted only if it books
+    /// the device no further ahead than the tightest of those objectives (and its own
+    /// run): `scheduler/clockwork/horizon.rs`. Without it, under overload a model of long
+    /// objectives books the device to the end of them, and every request of a tight
+    /// objective then finds work due before its deadline and is refused, whatever its
+    /// cost: with the zoo's device emulated and the client on its own core, resnet (200
+    /// ms, 1.3 ms an item) took 17.8 of 20 s of the device and the 50 ms models (0.01-0.05
+    /// ms an item) were refused nearly whole (docs/EXPERIMENTS.md, "A model of long
+    /// objectives books the device").
+    pub booking_horizon: bool,
     /// Admission learns, per model, which of its last 200 admitted requests finished in
     /// time, by the time their projections left them to spare, and refuses at arrival a
     /// request with less to spare than where those that missed (served late, or refused
@@ -201,6 +212,7 @@ impl Default for PolicyConfig {
             drift_margin: DriftMargin::Alone,
             shared_arrival: true,
             protect_admitted: false,
+            booking_horizon: true,
             admission_hindsight: true,
             hindsight_weight: 1,
             hindsight_floor: 0.05,

@@ -110,7 +110,6 @@ impl ClockworkPolicy {
         // A pipeline's sub-request is judged by its own queue only: its stage deadline is
         // earlier than its root's, and newly arrived roots must not push it out.
         let shared = p.shared_arrival && request.latest_finish.is_none();
-        let ahead = (j.deadline, j.items, shared);
         // A tight objective (a few runs) is judged without hindsight; so is a model below
         // its floor of service (`floor.rs`).
         let loose = request.slo >= j.single.saturating_mul(p.hindsight_min_runs.into());
@@ -119,7 +118,19 @@ impl ClockworkPolicy {
         } else {
             Keep::default()
         };
-        let projected = self.drain_in_time(request.model, now, ahead, (j.latest, keep.margin))?;
+        // A looser request books the device no further ahead than its busy neighbours'
+        // tightest objective (`horizon.rs`), unless its model is below its floor of
+        // service (`floor.rs`): the bound must not starve it. Bounded, it starts by then,
+        // so the other models' work that goes first is what is due before then.
+        let bounded = shared && p.booking_horizon && !self.below_floor(request.model, now);
+        let latest = if bounded {
+            self.booking_bound(request.model, now, (j.latest, j.single))
+        } else {
+            j.latest
+        };
+        let others = shared.then_some(if bounded { latest } else { j.deadline });
+        let ahead = (j.deadline, j.items, others);
+        let projected = self.drain_in_time(request.model, now, ahead, (latest, keep.margin))?;
         let new = Newcomer {
             deadline: j.deadline,
             items: j.items,
@@ -160,7 +171,7 @@ impl ClockworkPolicy {
         }
     }
 
-    /// Whether a request of `model` with (internal deadline, items, whether other models'
+    /// Whether a request of `model` with (internal deadline, items, until when other models'
     /// work counts), queued now behind the requests due before it, could finish by
     /// `latest` on the replicas that hold the model, with the estimates the plan uses and,
     /// if it would wait behind other work, the replicas' drift kept as a margin
@@ -170,7 +181,7 @@ impl ClockworkPolicy {
         &mut self,
         model: ModelId,
         now: Nanos,
-        ahead: (Nanos, u32, bool),
+        ahead: (Nanos, u32, Option<Nanos>),
         (latest, hindsight): (Nanos, Nanos),
     ) -> Option<Nanos> {
         let fits = |projection: Option<Projection>| match projection {
@@ -196,19 +207,20 @@ impl ClockworkPolicy {
     /// projection (no replica ready or loading, so the load rules decide; or too many to
     /// follow).
     ///
-    /// With `shared`, each replica starts only after the queued work of the other models
-    /// on its device that is due before `deadline` (`shared.rs`); without, other models'
-    /// work still to be planned is not counted (optimistic on shared devices, so the plan
+    /// With `others` (some instant), each replica starts only after the work of the
+    /// other models on its device that is due before it (`shared.rs`; the request's
+    /// deadline, or sooner where it may book the device only so far: `horizon.rs`);
+    /// without, other models' work still to be planned is not counted (optimistic on shared devices, so the plan
     /// still refuses what turns out hopeless later, as it always did).
     pub(super) fn projected_finish(
         &self,
         model: ModelId,
         now: Nanos,
-        (deadline, items, shared): (Nanos, u32, bool),
+        (deadline, items, others): (Nanos, u32, Option<Nanos>),
         bound: Nanos,
     ) -> Option<Projection> {
         let m = &self.models[model.0 as usize];
-        let mut replicas = self.replicas_free(model, now, deadline, shared)?;
+        let mut replicas = self.replicas_free(model, now, others)?;
         let (base, idle) = (replicas.base, replicas.idle);
         let free = replicas.free();
         free.first()?;
@@ -245,15 +257,14 @@ impl ClockworkPolicy {
 
     /// When each replica of `model` (ready, or loading: from when its load lane is
     /// done, an upper bound on when the weights are ready; suspect ones left out) could
-    /// start a request with internal `deadline` arriving at `now`: its exec lane's planned
-    /// work, and with `shared` the other models' queued work due before `deadline`
-    /// (`shared.rs`). `None`: more replicas than the projection follows.
+    /// start a request arriving at `now`: its exec lane's planned work, and with `others`
+    /// the other models' work due before that instant (`shared.rs`). `None`: more
+    /// replicas than the projection follows.
     pub(super) fn replicas_free(
         &self,
         model: ModelId,
         now: Nanos,
-        deadline: Nanos,
-        shared: bool,
+        others: Option<Nanos>,
     ) -> Option<Replicas> {
         let m = &self.models[model.0 as usize];
         let lanes = self.params.lanes;
@@ -284,8 +295,8 @@ impl ClockworkPolicy {
                 at = at.max(device.load.free_at(now, timing));
             }
             replicas.base = replicas.base.min(at);
-            if shared {
-                let window = (now, at, deadline);
+            if let Some(until) = others {
+                let window = (now, at, until);
                 at = at.saturating_add(self.others_ahead(device, model, window));
             }
             replicas.idle |= at <= now.saturating_add(timing.expected_lag);

@@ -38,7 +38,8 @@ impl ClockworkPolicy {
         if ahead == m.queue.len() {
             return true;
         }
-        let Some(mut replicas) = self.replicas_free(model, now, new.deadline, new.shared) else {
+        let others = new.shared.then_some(new.deadline);
+        let Some(mut replicas) = self.replicas_free(model, now, others) else {
             return true;
         };
         // The requests at the front that no replica can finish any more are refused, not

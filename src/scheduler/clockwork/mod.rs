@@ -23,6 +23,7 @@ mod devices;
 mod estimates;
 mod floor;
 mod hindsight;
+mod horizon;
 mod infer;
 mod load;
 mod params;

@@ -47,6 +47,9 @@ pub(super) struct Params {
     /// Refuse an arrival that would push a request queued behind it past its latest
     /// finish (`behind.rs`).
     pub(super) protect_admitted: bool,
+    /// Admit a looser request no further ahead than the tightest busy neighbour's
+    /// objective (`horizon.rs`).
+    pub(super) booking_horizon: bool,
     /// Refuse at arrival below the slack where a model's admitted requests missed more
     /// than they were served (`hindsight.rs`).
     pub(super) admission_hindsight: bool,
@@ -85,6 +88,7 @@ impl From<&PolicyConfig> for Params {
             queue_at_mean: c.queue_at_mean,
             drift_margin: c.drift_margin,
             protect_admitted: c.protect_admitted,
+            booking_horizon: c.booking_horizon,
             admission_hindsight: c.admission_hindsight,
             hindsight_weight: c.hindsight_weight,
             hindsight_floor: c.hindsight_floor,

@@ -32,7 +32,7 @@ use crate::time::Nanos;
 
 /// Other resident models a projection looks at on one device: bounds the cost of an
 /// arrival on a device that holds very many models (past them the count is only lower).
-const MAX_OTHERS: usize = 64;
+pub(super) const MAX_OTHERS: usize = 64;
 
 /// What a model's queue took in and gave out over the last [`super::rate::WINDOW`], for
 /// the other models' projections on the devices it shares ([`ClockworkPolicy::others_ahead`]).
@@ -89,6 +89,12 @@ impl Flow {
             planned: self.planned.count(now),
             dropped: self.dropped.count(now),
         }
+    }
+
+    /// The time its last direct request had from its arrival to its internal deadline
+    /// (0 before any).
+    pub(super) fn objective(&self) -> Nanos {
+        self.objective
     }
 
     /// Of what left its queue, the share served rather than refused after waiting (1

@@ -20,7 +20,7 @@ impl ClockworkPolicy {
         let single = self.best_single(model);
         // Bounded: a projection past any objective says all the edge needs to know.
         let horizon = now.saturating_add(HORIZON);
-        let projection = self.projected_finish(model, now, (horizon, 1, false), horizon);
+        let projection = self.projected_finish(model, now, (horizon, 1, None), horizon);
         // With the margin the policy would keep, so that the edge does not decode what
         // the policy then refuses.
         let finish = projection.map(|p| p.finish.saturating_add(p.margin));

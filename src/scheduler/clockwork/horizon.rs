@@ -1,0 +1,64 @@
+//! How far ahead a request may book its devices (`PolicyConfig::booking_horizon`).
+//!
+//! Admission (`admit.rs`) books a device up to each request's own deadline, and the
+//! device serves the model whose front must start soonest. Under sustained overload that
+//! hands a shared device to the model of the longest objectives: its queue fills until its
+//! newest request just finishes by its deadline, so its oldest requests are always due
+//! within the next tens of milliseconds, and a request of a tighter objective always finds
+//! that much work due before it and is refused at arrival, however little device time it
+//! needs. The zoo's resnet (200 ms objectives, 1.3 ms an item on a cpu) held its device
+//! for 17.8 of 20 s so, while the three models of 50 ms objectives (0.01-0.05 ms an item)
+//! were refused nearly whole: a sixth of the device's capacity served in time
+//! (docs/EXPERIMENTS.md, "A model of long objectives books the device").
+//!
+//! So a request whose objective is looser than the tightest among the other models busy
+//! on its devices (arrivals within the rate window) may book them no further ahead than
+//! that objective, plus its own run: its projected finish must come by then. The looser
+//! model's queued requests are then due after any tight request that arrives, which goes
+//! first, and the looser model takes what the tight ones leave; under overload its queue
+//! refills at once, so the device does not idle for the bound. A model alone, or among
+//! models of objectives as loose as its own, is judged as before.
+
+use super::shared::MAX_OTHERS;
+use super::ClockworkPolicy;
+use crate::model::ModelId;
+use crate::time::Nanos;
+
+impl ClockworkPolicy {
+    /// The latest finish a request of `model` arriving at `now` with internal `deadline`
+    /// and run alone `single` may be admitted with: `deadline`, or sooner where a busy
+    /// model of a tighter objective shares one of its devices.
+    pub(super) fn booking_bound(
+        &self,
+        model: ModelId,
+        now: Nanos,
+        (deadline, single): (Nanos, Nanos),
+    ) -> Nanos {
+        let Some(tightest) = self.tightest_neighbour(model, now) else {
+            return deadline;
+        };
+        if now.saturating_add(tightest) >= deadline {
+            return deadline;
+        }
+        now.saturating_add(tightest)
+            .saturating_add(single)
+            .min(deadline)
+    }
+
+    /// The tightest objective (arrival to internal deadline, of its last direct request)
+    /// among the models other than `model` resident on a device that holds it and with
+    /// arrivals within the rate window; `None` if there is none.
+    fn tightest_neighbour(&self, model: ModelId, now: Nanos) -> Option<Nanos> {
+        let m = &self.models[model.0 as usize];
+        m.ready_on
+            .iter()
+            .flat_map(|d| {
+                let residents = self.devices[d.0 as usize].residents.keys();
+                residents.filter(|&&o| o != model).take(MAX_OTHERS)
+            })
+            .map(|&o| &self.models[o.0 as usize])
+            .filter(|o| o.flow.objective() > 0 && o.rate.any(now))
+            .map(|o| o.flow.objective())
+            .min()
+    }
+}
