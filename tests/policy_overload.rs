@@ -110,10 +110,13 @@ proptest! {
     /// Any mix of cpu-like models at 2x-8x of one exact device, with the booking horizon:
     /// nothing late, no more admitted requests time out than are served in time, and
     /// every model keeps at least half the share of its requests served in time that it
-    /// had without the horizon, or 5% of them if that is less: the bound must not starve
-    /// the model of long objectives. Mutation that breaks it: the bound without the
-    /// request's own run (`booking_bound`), which holds a model whose runs are long beside
-    /// its neighbours' objective to next to nothing (failed on three seeds of three).
+    /// had without the horizon, or half the floor of service (`hindsight_floor`, 5%) if
+    /// that is less: the bound must not starve the model of long objectives. The bound is
+    /// lifted for a model below its floor, which holds such a model near 5%, not at it
+    /// (CI's seed 238954767437733 found a dear loose model at 72 of 1,509 in time, 4.8%,
+    /// against 220 without, its neighbour at 977 against 727). Mutation that breaks it:
+    /// the bound kept for a model below its floor (`below_floor` left out of
+    /// `judge_queue`): 30 of 1,327 against 224 without.
     #[test]
     fn the_booking_horizon_starves_no_model(mix in mix()) {
         let (with, served) = mix.run(&horizon());
@@ -122,7 +125,7 @@ proptest! {
         prop_assert_eq!(with.late, 0, "{:?}", with);
         prop_assert!(timed_out(&with) <= with.completed, "{:?} {:?}", served, with);
         for (s, b) in served.iter().zip(&before) {
-            let floor = (b.in_time as f64 / 2.0).min(s.offered as f64 * 0.05);
+            let floor = (b.in_time as f64 / 2.0).min(s.offered as f64 * 0.025);
             prop_assert!(s.in_time as f64 >= floor, "{:?} {:?} {:?}", served, before, with);
         }
     }

@@ -210,8 +210,9 @@ impl ClockworkPolicy {
     /// With `others` (some instant), each replica starts only after the work of the
     /// other models on its device that is due before it (`shared.rs`; the request's
     /// deadline, or sooner where it may book the device only so far: `horizon.rs`);
-    /// without, other models' work still to be planned is not counted (optimistic on shared devices, so the plan
-    /// still refuses what turns out hopeless later, as it always did).
+    /// without, other models' work still to be planned is not counted (optimistic on
+    /// shared devices, so the plan still refuses what turns out hopeless later, as it
+    /// always did).
     pub(super) fn projected_finish(
         &self,
         model: ModelId,
