@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Turns a served model repository and a configuration into their emulated twins: the same
 models on one `sim` device that runs each at the times its profile measured, so that an
-experiment can free the cores a real device would hold (bench/edge/emulated.sh). The
-emulated device's timers wait for the server's core like everything on it: past what
-that core can do (the zoo's burst at 80,000 requests/s) its runs fall far behind, and
-the emulation says nothing.
+experiment can free the cores a real device would hold (bench/edge/emulated.sh,
+bench/overload/emulated.sh). The emulated device's timers wait for the server's core like
+everything on it: past what that core can do (the zoo's burst at 80,000 requests/s) its
+runs fall far behind, and the emulation says nothing; at 20,000/s its executor took 6 of
+the core's 20 CPU s with the booking horizon on (docs/EXPERIMENTS.md, "A model of long
+objectives books the device").
 
     bench/emulate.py repository REPO KIND   # every model of REPO: its KIND profile, sim-served
     bench/emulate.py config FILE REPO       # FILE's configuration on REPO with one sim device

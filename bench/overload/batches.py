@@ -2,7 +2,7 @@
 """The batches each model ran between two readings of `/v2/models/stats` (Triton's
 statistics, `batch_stats`): how a burst spent the devices' time. Prints, per model, its
 batches, the items they held, their mean size, the device seconds they took and the
-device milliseconds per item; then the sizes it ran, most used first.
+device milliseconds per item; then the four sizes it spent the most device time on.
 
     bench/overload/batches.py STATS_BEFORE STATS_AFTER
 """
