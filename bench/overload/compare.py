@@ -97,7 +97,7 @@ def column(path):
     stages = {}
     for counts in per_model.values():
         for kind, n in counts.items():
-            if kind.startswith("edge_") and kind != "edge_late":
+            if kind.startswith("edge_"):
                 stages[kind[5:]] = stages.get(kind[5:], 0) + n
     row["refused at the edge, by stage"] = ", ".join(
         f"{k} {v}" for k, v in sorted(stages.items())) or "-"

@@ -25,13 +25,9 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ -n "$bin" ] || { echo "--bin PATH is needed" >&2; exit 2; }
-work=$(mktemp -d)
-server_pid=
-cleanup() {
-    if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
+# `work` and its cleanup (the server stopped, the directory removed on exit).
+# shellcheck source=../../scripts/serve_lib.sh
+source scripts/serve_lib.sh
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 
 # 1. Profile: the default configuration, its zoo written into $work/repo, until ready.

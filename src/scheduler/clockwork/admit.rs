@@ -113,7 +113,8 @@ impl ClockworkPolicy {
         // A tight objective (a few runs) is judged without hindsight; so is a model below
         // its floor of service (`floor.rs`).
         let loose = request.slo >= j.single.saturating_mul(p.hindsight_min_runs.into());
-        let keep = if p.admission_hindsight && loose && !self.below_floor(request.model, now) {
+        let below_floor = self.below_floor(request.model, now);
+        let keep = if p.admission_hindsight && loose && !below_floor {
             self.models[request.model.0 as usize].hindsight.keep(now)
         } else {
             Keep::default()
@@ -122,7 +123,7 @@ impl ClockworkPolicy {
         // tightest objective (`horizon.rs`), unless its model is below its floor of
         // service (`floor.rs`): the bound must not starve it. Bounded, it starts by then,
         // so the other models' work that goes first is what is due before then.
-        let bounded = shared && p.booking_horizon && !self.below_floor(request.model, now);
+        let bounded = shared && p.booking_horizon && !below_floor;
         let latest = if bounded {
             self.booking_bound(request.model, now, (j.latest, j.single))
         } else {

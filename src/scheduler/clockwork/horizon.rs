@@ -42,9 +42,7 @@ impl ClockworkPolicy {
         let Some(tightest) = self.tightest_neighbour(model, now) else {
             return deadline;
         };
-        if now.saturating_add(tightest) >= deadline {
-            return deadline;
-        }
+        // A request no looser than the neighbour's objective keeps its own deadline.
         now.saturating_add(tightest)
             .saturating_add(single)
             .min(deadline)
