@@ -7,20 +7,25 @@
 # client shares the front end's). An experiment, not issue 15's benchmark: the device is
 # emulated, and its timers wait for core 0 like everything else on it (bench/emulate.py).
 #
-#   bench/overload/emulated.sh --bin PATH [--kind ort|cpu] [run.sh's arguments...]
+#   bench/overload/emulated.sh --bin PATH [--kind ort|cpu] [--config FILE] [run.sh's arguments...]
 #
-# First serves the zoo once with the default configuration to profile it (ONNX Runtime
+# First serves the zoo once with the configuration to profile it (ONNX Runtime
 # where ORT_DYLIB_PATH names its library, else tract; `--kind` picks the profile's
 # record), then runs bench/overload/run.sh on one `sim` device taking those times.
+#
+# `--config` names the configuration both steps start from (config.toml by default): a
+# copy with one policy option changed compares it under the same emulation.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=""
 kind=ort
+base=config.toml
 rest=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bin=$(realpath "$2"); shift 2 ;;
         --kind) kind=$2; shift 2 ;;
+        --config) base=$(realpath "$2"); shift 2 ;;
         *) rest+=("$1"); shift ;;
     esac
 done
@@ -30,9 +35,9 @@ done
 source scripts/serve_lib.sh
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 
-# 1. Profile: the default configuration, its zoo written into $work/repo, until ready.
+# 1. Profile: the configuration, its zoo written into $work/repo, until ready.
 sed -e "s|^listen = .*|listen = \"127.0.0.1:$port\"|" -e "s|^path = \"models\"|path = \"$work/repo\"|" \
-    config.toml > "$work/profile.toml"
+    "$base" > "$work/profile.toml"
 "$bin" serve --config "$work/profile.toml" > "$work/profile.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 1 1200); do
@@ -46,6 +51,6 @@ server_pid=
 
 # 2. The bench on one sim device taking the profiles' times; server on core 0, client on 1.
 python3 bench/emulate.py repository "$work/repo" "$kind"
-python3 bench/emulate.py config config.toml "$work/repo" > "$work/emulated.toml"
+python3 bench/emulate.py config "$base" "$work/repo" > "$work/emulated.toml"
 bench/overload/run.sh --bin "$bin" --config "$work/emulated.toml" --server-cores 0 \
     --client-cores 1 "${rest[@]}"

@@ -108,8 +108,10 @@ pub struct PolicyConfig {
     /// On a device shared with models of tighter objectives that are busy (requests in
     /// the rate window), a request with a looser objective is admitted only if it books
     /// the device no further ahead than the tightest of those objectives (and its own
-    /// run): `scheduler/clockwork/horizon.rs`. Without it, under overload a model of long
-    /// objectives books the device to the end of them, and every request of a tight
+    /// run): `scheduler/clockwork/horizon.rs`. Only on an overloaded device (its
+    /// residents' arrivals ask for more than its time): below that the bound would only
+    /// refuse the tail of a burst the device has time for. Without it, under overload a
+    /// model of long objectives books the device to the end of them, and every request of a tight
     /// objective then finds work due before its deadline and is refused, whatever its
     /// cost: with the zoo's device emulated and the client on its own core, resnet (200
     /// ms, 1.3 ms an item) took 17.8 of 20 s of the device and the 50 ms models (0.01-0.05

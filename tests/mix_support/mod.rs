@@ -183,6 +183,58 @@ pub fn zoo_like() -> Mix {
     }
 }
 
+/// A model of long objectives (200 ms, the zoo's resnet's shape) arriving in bursts of 16
+/// (10 us apart, a Poisson stream of bursts 300 ms apart: 43% of the device) beside a
+/// trickle of a tight one (50 ms, one request every 400 ms), for 60 s: the mix and its
+/// requests.
+pub fn bursts_beside_a_trickle() -> (Mix, Vec<Request>) {
+    let mix = Mix {
+        models: vec![
+            Model {
+                base: MS,
+                growth: 1.0,
+                slo: 50 * MS,
+            },
+            Model {
+                base: 8 * MS,
+                growth: 1.25,
+                slo: 200 * MS,
+            },
+        ],
+        load: 0.0,
+        n: 0,
+        seed: 5,
+    };
+    let mut rng = StdRng::seed_from_u64(mix.seed);
+    let mut gap = |mean: Nanos| (-(1.0 - rng.random::<f64>()).ln() * mean as f64) as Nanos;
+    let end = 60_000 * MS;
+    let mut arrivals = Vec::new();
+    let mut t = gap(300 * MS);
+    while t < end {
+        arrivals.extend((0..16).map(|k| (t + k * 10 * US, 1)));
+        t += gap(300 * MS);
+    }
+    let mut t = gap(400 * MS);
+    while t < end {
+        arrivals.push((t, 0));
+        t += gap(400 * MS);
+    }
+    arrivals.sort_unstable();
+    let requests = arrivals
+        .into_iter()
+        .enumerate()
+        .map(|(i, (arrival, model))| Request {
+            id: RequestId(i as u64),
+            model: ModelId(model),
+            arrival,
+            slo: mix.models[model as usize].slo,
+            latest_finish: None,
+            items: 1,
+        })
+        .collect();
+    (mix, requests)
+}
+
 pub fn mix() -> impl Strategy<Value = Mix> {
     let model = (200u64..8_000, 1.0f64..1.3, 20u64..60).prop_map(|(base_us, growth, factor)| {
         let base = base_us * US;
