@@ -1,7 +1,8 @@
 # Sourced by the scripts that check or measure a real `clockwork serve` on a free port:
 # one way to give it a temporary directory, start it, learn its address and stop it.
-# Defines `work` (a temporary directory, removed on exit with the server stopped) and
-# `start_server`, which sets `server_pid` and `address`.
+# Defines `work` (a temporary directory, removed on exit with the server stopped),
+# `start_server`, which sets `server_pid` and `address`, `serve_until_ready` and
+# `free_port`.
 
 work=$(mktemp -d)
 server_pid=
@@ -42,4 +43,28 @@ await_log() {
     cat "$work/log" >&2
     echo "the server's log never matched $1" >&2
     return 1
+}
+
+# serve_until_ready BINARY CONFIG URL: serves CONFIG (its log in "$work/profile.log") until
+# URL answers, then stops it: a first start profiles every model (minutes), which is what
+# the emulated benches want from it. Fails with the log if the server exits first or is
+# not ready within 10 minutes.
+serve_until_ready() {
+    local binary=$1 config=$2 url=$3 ready=
+    "$binary" serve --config "$config" > "$work/profile.log" 2>&1 &
+    server_pid=$!
+    for _ in $(seq 1 1200); do
+        curl -sf "$url" > /dev/null && { ready=1; break; }
+        kill -0 "$server_pid" 2>/dev/null || { tail "$work/profile.log" >&2; exit 1; }
+        sleep 0.5
+    done
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+    server_pid=
+    [ -n "$ready" ] || { tail "$work/profile.log" >&2; echo "$url never answered" >&2; exit 1; }
+}
+
+# free_port: prints a TCP port free on 127.0.0.1 now.
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }

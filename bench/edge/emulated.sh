@@ -28,28 +28,18 @@ done
 [ -n "$bin" ] || { echo "--bin PATH is needed" >&2; exit 2; }
 py=$(scripts/edge_python.sh)
 scripts/onnx_testdata.sh
-work=$(mktemp -d)
-server_pid=
-cleanup() {
-    if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
-}
-trap cleanup EXIT
+# `work` and its cleanup (the server stopped, the directory removed on exit),
+# `serve_until_ready`, `free_port`.
+# shellcheck source=../../scripts/serve_lib.sh
+source scripts/serve_lib.sh
 "$py" bench/edge/make_squeezenet.py \
     target/onnx-testdata/onnx/backend/test/data/light/light_squeezenet.onnx "$work/repo" > /dev/null
-port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 
 # 1. Profile: the default configuration on this repository (no zoo), until ready.
 sed -e "s|^listen = .*|listen = \"127.0.0.1:$port\"|" -e "s|^path = \"models\"|path = \"$work/repo\"|" \
     -e 's|^generate_zoo = true|generate_zoo = false|' config.toml > "$work/profile.toml"
-"$bin" serve --config "$work/profile.toml" > "$work/profile.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 1 600); do
-    curl -sf "http://127.0.0.1:$port/v2/models/squeezenet/ready" > /dev/null && break
-    kill -0 "$server_pid" 2>/dev/null || { tail "$work/profile.log" >&2; exit 1; }
-    sleep 0.5
-done
-cleanup
-server_pid=
+serve_until_ready "$bin" "$work/profile.toml" "http://127.0.0.1:$port/v2/models/squeezenet/ready"
 # 2. The bench on one sim device whose squeezenet takes the profile's times, the server
 #    pinned to core 0.
 "$py" bench/emulate.py repository "$work/repo" "$kind"

@@ -131,7 +131,8 @@ grep -m1 'backend "auto" runs' "$out/server.log" | sed 's/^.*devices: /devices: 
 # Where the clients run: off the devices' cores (see the top of this file).
 pin=()
 if [ "$client_cores" = front ]; then
-    client_cores=$(grep -m1 "cores:" "$out/server.log" | sed -n 's/.*front_end_cores=\([0-9,]*\).*/\1/p')
+    # A server without cpu devices (`sim` only) plans no cores and says none: unpinned.
+    client_cores=$(grep -m1 "cores:" "$out/server.log" | sed -n 's/.*front_end_cores=\([0-9,]*\).*/\1/p' || true)
 fi
 if [ "$client_cores" != any ] && [ -n "$client_cores" ]; then
     pin=(taskset -c "$client_cores")

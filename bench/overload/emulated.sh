@@ -30,24 +30,16 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ -n "$bin" ] || { echo "--bin PATH is needed" >&2; exit 2; }
-# `work` and its cleanup (the server stopped, the directory removed on exit).
+# `work` and its cleanup (the server stopped, the directory removed on exit),
+# `serve_until_ready`, `free_port`.
 # shellcheck source=../../scripts/serve_lib.sh
 source scripts/serve_lib.sh
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 
 # 1. Profile: the configuration, its zoo written into $work/repo, until ready.
 sed -e "s|^listen = .*|listen = \"127.0.0.1:$port\"|" -e "s|^path = \"models\"|path = \"$work/repo\"|" \
     "$base" > "$work/profile.toml"
-"$bin" serve --config "$work/profile.toml" > "$work/profile.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 1 1200); do
-    curl -sf "http://127.0.0.1:$port/v2/health/ready" > /dev/null && break
-    kill -0 "$server_pid" 2>/dev/null || { tail "$work/profile.log" >&2; exit 1; }
-    sleep 0.5
-done
-kill "$server_pid" 2>/dev/null || true
-wait "$server_pid" 2>/dev/null || true
-server_pid=
+serve_until_ready "$bin" "$work/profile.toml" "http://127.0.0.1:$port/v2/health/ready"
 
 # 2. The bench on one sim device taking the profiles' times; server on core 0, client on 1.
 python3 bench/emulate.py repository "$work/repo" "$kind"

@@ -103,7 +103,8 @@ done
 # Where the load generator runs: off the devices' cores (see the top of this file).
 pin=()
 if [ "$client_cores" = front ]; then
-    client_cores=$(grep -m1 "cores:" "$work/log" | sed -n 's/.*front_end_cores=\([0-9,]*\).*/\1/p')
+    # A server without cpu devices (`sim` only) plans no cores and says none: unpinned.
+    client_cores=$(grep -m1 "cores:" "$work/log" | sed -n 's/.*front_end_cores=\([0-9,]*\).*/\1/p' || true)
 fi
 if [ "$client_cores" != any ] && [ -n "$client_cores" ]; then
     pin=(taskset -c "$client_cores")
