@@ -306,9 +306,14 @@ async fn a_worker_behind_its_own_work_refuses_before_reading() {
 /// (a high percentile of the window, which one outlier sets), the next requests were
 /// refused `reading` before any byte was awaited and, never decoded, never brought the
 /// estimate down: a second of refusals on the edge benchmark's JSON runs.
+///
+/// The model's objective is 30 ms (3 ms a run), not the other tests' 100 ms: the padded
+/// body decodes in 40-70 ms on a quiet 2-core host, over 100 ms only on a busy one, and
+/// the test needs it past the objective.
 #[actix_web::test]
 async fn one_slow_decoding_does_not_refuse_the_requests_after_it() {
-    let server = start().await;
+    let server =
+        api_support::start_alone(api_support::unbatched_mlp("slow", 30 * MS, 3 * MS)).await;
     warm(&server).await;
     let ok = api_support::mlp_request(1.0);
     for _ in 0..20 {
@@ -327,7 +332,7 @@ async fn one_slow_decoding_does_not_refuse_the_requests_after_it() {
     let (status, _, _) = server.post_raw(SLOW, &[], padded).await;
     let outlier = metric(&server, &DECODING).await - before;
     assert!(
-        outlier > 0.1,
+        outlier > 0.03,
         "the padded body decoded in {outlier} s (answered {status}): it must take longer \
          than the objective for this test to test anything"
     );
