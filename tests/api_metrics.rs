@@ -44,6 +44,25 @@ async fn metrics_when(server: &api_support::TestServer, ready: impl Fn(&str) -> 
     panic!("the metrics never reached the expected counts after {TRIES} reads:\n{text}");
 }
 
+/// A client that has its answer finds it counted in the next scrape, without waiting: the
+/// metrics fold the events in on each read (`Metrics::catch_up`), and the controller
+/// publishes an answer's event before it sends the answer. Mutation that breaks it:
+/// `render` without `catch_up` (the events folded in only every 10 ms).
+#[actix_web::test]
+async fn an_answer_is_counted_in_the_next_scrape() {
+    let server = start_default().await;
+    let ok = "clockwork_requests{model=\"mlp\",outcome=\"ok\"}";
+    for answered in 1..=20 {
+        let (status, _) = server
+            .post_json("/v2/models/mlp/infer", &mlp_request(1.0))
+            .await;
+        assert_eq!(status, 200);
+        let text = String::from_utf8(server.get("/metrics").await.1).expect("text");
+        assert_eq!(value(&text, ok), Some(f64::from(answered)), "{text}");
+    }
+    server.stop().await;
+}
+
 #[actix_web::test]
 async fn successes_failures_and_device_work_are_counted() {
     let server = start_default().await;

@@ -402,10 +402,10 @@ impl Controller {
             }
         }
         let ran = result.as_ref().ok().map(|inferred| inferred.timing.exec);
-        // The caller may have gone away; the request is answered all the same.
-        let _ = pending.reply.send(result);
         self.answered += 1;
         let items = pending.inputs.len() as u32;
+        // Published before the answer is sent: a client that has its answer finds it in
+        // the metrics it reads next (they fold the events in on each read).
         self.parts.events.publish(|| {
             Event::RequestAnswered(events::RequestAnswered {
                 request,
@@ -419,6 +419,8 @@ impl Controller {
                 ran,
             })
         });
+        // The caller may have gone away; the request is answered all the same.
+        let _ = pending.reply.send(result);
     }
 
     /// Keeps one timer armed for the policy's next wake-up.

@@ -1,7 +1,12 @@
 //! `GET /metrics`: Prometheus text exposition.
 //!
-//! Most numbers come from the controller's events, aggregated by a task of their own off
-//! the request path. The request path adds only what no event carries: requests pending
+//! Most numbers come from the controller's events, folded in off the request path: by
+//! every reader of them (a scrape, the statistics, the dashboard) before it reads, and
+//! every [`FOLD_EVERY`] by a task of their own, which keeps the channel's backlog short.
+//! Not on each event: a task waiting for each woke its thread once per answer, and under
+//! the overload bench's burst a fifth of the controller's time went to that wake-up (the
+//! write to the runtime's waker and the switch to the woken thread on the front end's
+//! core; docs/EXPERIMENTS.md, "The metrics fold their events in ticks"). The request path adds only what no event carries: requests pending
 //! at the API, errors found before the controller admitted a request, each request's
 //! queue and compute time (its answer carries them; the events do not), the front end's
 //! own time and each success's latency from its arrival at the edge to its answer encoded.
@@ -22,13 +27,14 @@ mod devices;
 mod model;
 mod pipeline;
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
 
 use actix_web::{get, web, HttpResponse};
 use prometheus::{
     core::Collector, Encoder as _, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
 };
-use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::sync::broadcast::{self, error::TryRecvError};
 
 use super::edge::{FrontKey, Phase, Stage};
 use super::error::ApiError;
@@ -55,7 +61,15 @@ pub struct Metrics {
     devices: DeviceMetrics,
     /// Pipelines' roots, stages and fan-outs.
     pipelines: PipelineMetrics,
+    /// The events not folded in yet ([`Metrics::catch_up`]); `None` before [`collect`]
+    /// gives it the runtime's, and after the runtime closed its bus.
+    events: Mutex<Option<broadcast::Receiver<Event>>>,
 }
+
+/// How often the events are folded in while nobody reads the metrics: 100 times a second,
+/// so that even a burst of 100,000 events a second leaves the channel's backlog (65,536,
+/// `events.rs`) far from full.
+pub const FOLD_EVERY: Duration = Duration::from_millis(10);
 
 fn counter(
     registry: &Registry,
@@ -107,6 +121,7 @@ impl Metrics {
             families,
             models: RwLock::new(per_model),
             registry: r,
+            events: Mutex::new(None),
         })
     }
 
@@ -124,17 +139,20 @@ impl Metrics {
 
     /// A model's counts since it was registered (`None`: no such id).
     pub fn model_totals(&self, model: ModelId) -> Option<Totals> {
+        self.catch_up();
         self.model(model).map(|m| m.totals())
     }
 
     /// A model's batches run by size: (size, count, nanoseconds).
     pub fn model_batches(&self, model: ModelId) -> Vec<(u32, u64, u64)> {
+        self.catch_up();
         self.model(model).map(|m| m.batches()).unwrap_or_default()
     }
 
     /// A pipeline's root requests so far: successes and other answers, no durations (its
     /// stages' models report theirs).
     pub fn pipeline_totals(&self, pipeline: &str) -> Totals {
+        self.catch_up();
         let (success, fail) = self.pipelines.roots(pipeline);
         Totals {
             success,
@@ -147,6 +165,7 @@ impl Metrics {
     /// Every model's name and answers so far by outcome, by model id: the numbers of
     /// `clockwork_requests`, for the dashboard.
     pub fn answers(&self) -> Vec<(String, Vec<(Outcome, u64)>)> {
+        self.catch_up();
         let models = self.models.read().unwrap_or_else(|e| e.into_inner());
         models
             .iter()
@@ -251,6 +270,27 @@ impl Metrics {
         }
     }
 
+    /// Folds in every event published so far: a reader that calls it first sees every
+    /// event published before it read. Answers false once the runtime's bus is closed
+    /// (or before `collect` gave it one).
+    pub fn catch_up(&self) -> bool {
+        let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(receiver) = events.as_mut() else {
+            return false;
+        };
+        loop {
+            match receiver.try_recv() {
+                Ok(event) => self.observe(&event),
+                Err(TryRecvError::Lagged(lost)) => self.events_lost.inc_by(lost),
+                Err(TryRecvError::Empty) => return true,
+                Err(TryRecvError::Closed) => {
+                    *events = None;
+                    return false;
+                }
+            }
+        }
+    }
+
     /// Folds one event into the metrics.
     pub fn observe(&self, event: &Event) {
         match event {
@@ -279,6 +319,7 @@ impl Metrics {
 
     /// The exposition text.
     pub fn render(&self) -> String {
+        self.catch_up();
         TextEncoder::new()
             .encode_to_string(&self.registry.gather())
             .unwrap_or_else(|e| format!("# metrics could not be encoded: {e}\n"))
@@ -289,14 +330,20 @@ fn seconds(nanos: Nanos) -> f64 {
     nanos as f64 / 1e9
 }
 
-/// Aggregates the runtime's events into `metrics` until the runtime stops.
-pub fn collect(metrics: Arc<Metrics>, mut events: broadcast::Receiver<Event>) {
+/// Folds the runtime's `events` into `metrics` from now on: on each read of them, and
+/// every [`FOLD_EVERY`] until the runtime closes its bus.
+pub fn collect(metrics: Arc<Metrics>, events: broadcast::Receiver<Event>) {
+    *metrics
+        .events
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner) = Some(events);
     actix_web::rt::spawn(async move {
+        let mut tick = actix_web::rt::time::interval(FOLD_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            match events.recv().await {
-                Ok(event) => metrics.observe(&event),
-                Err(RecvError::Lagged(lost)) => metrics.events_lost.inc_by(lost),
-                Err(RecvError::Closed) => break,
+            tick.tick().await;
+            if !metrics.catch_up() {
+                break;
             }
         }
     });
