@@ -111,12 +111,12 @@ pub struct PolicyConfig {
     /// run): `scheduler/clockwork/horizon.rs`. Only on an overloaded device (its
     /// residents' arrivals ask for more than its time): below that the bound would only
     /// refuse the tail of a burst the device has time for. Without it, under overload a
-    /// model of long objectives books the device to the end of them, and every request of a tight
-    /// objective then finds work due before its deadline and is refused, whatever its
-    /// cost: with the zoo's device emulated and the client on its own core, resnet (200
-    /// ms, 1.3 ms an item) took 17.8 of 20 s of the device and the 50 ms models (0.01-0.05
-    /// ms an item) were refused nearly whole (docs/EXPERIMENTS.md, "A model of long
-    /// objectives books the device").
+    /// model of long objectives books the device to the end of them, and every request of
+    /// a tight objective then finds work due before its deadline and is refused, whatever
+    /// its cost: with the zoo's device emulated and the client on its own core, resnet
+    /// (200 ms, 1.3 ms an item) took 17.8 of 20 s of the device and the 50 ms models
+    /// (0.01-0.05 ms an item) were refused nearly whole (docs/EXPERIMENTS.md, "A model of
+    /// long objectives books the device").
     pub booking_horizon: bool,
     /// Admission learns, per model, which of its last 200 admitted requests finished in
     /// time, by the time their projections left them to spare, and refuses at arrival a

@@ -4,12 +4,14 @@
 //! every reader of them (a scrape, the statistics, the dashboard) before it reads, and
 //! every [`FOLD_EVERY`] by a task of their own, which keeps the channel's backlog short.
 //! Not on each event: a task waiting for each woke its thread once per answer, and under
-//! the overload bench's burst a fifth of the controller's time went to that wake-up (the
+//! the overload bench's burst 23% of the controller's samples went to that wake-up (the
 //! write to the runtime's waker and the switch to the woken thread on the front end's
-//! core; docs/EXPERIMENTS.md, "The metrics fold their events in ticks"). The request path adds only what no event carries: requests pending
-//! at the API, errors found before the controller admitted a request, each request's
-//! queue and compute time (its answer carries them; the events do not), the front end's
-//! own time and each success's latency from its arrival at the edge to its answer encoded.
+//! core; docs/EXPERIMENTS.md, "The metrics fold their events in ticks").
+//!
+//! The request path adds only what no event carries: requests pending at the API, errors
+//! found before the controller admitted a request, each request's queue and compute time
+//! (its answer carries them; the events do not), the front end's own time and each
+//! success's latency from its arrival at the edge to its answer encoded.
 //!
 //! Triton's names where they fit (`nv_inference_*`, label `model`), this runtime's own as
 //! `clockwork_*`. Label values are model and pipeline names, device numbers and fixed

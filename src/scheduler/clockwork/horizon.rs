@@ -30,8 +30,8 @@
 //! model's queue drains between its bursts, a tight request that arrives meanwhile is due
 //! before its work and goes first, and the bound would only refuse the burst's tail: a
 //! model of 200 ms objectives arriving in bursts of 16 (43% of the device) beside one 50 ms
-//! request every 400 ms kept 1,349 of 3,264 in time with it, 2,937 without, the tight
-//! requests all in time either way (`tests/policy_overload.rs`).
+//! request every 400 ms kept 1,349 of 3,264 in time with the bound held always, 2,937
+//! without it, the tight requests all in time either way (`tests/policy_overload.rs`).
 
 use super::admit::efficient_batch;
 use super::shared::MAX_OTHERS;
