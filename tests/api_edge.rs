@@ -307,13 +307,18 @@ async fn a_worker_behind_its_own_work_refuses_before_reading() {
 /// refused `reading` before any byte was awaited and, never decoded, never brought the
 /// estimate down: a second of refusals on the edge benchmark's JSON runs.
 ///
-/// The model's objective is 30 ms (3 ms a run), not the other tests' 100 ms: the padded
-/// body decodes in 40-70 ms on a quiet 2-core host, over 100 ms only on a busy one, and
-/// the test needs it past the objective.
+/// The test needs the padded body decoded, and past the model's objective: in a debug
+/// build (CI's) it decodes in over 100 ms, the other tests' objective, but in a release
+/// build on a quiet 2-core host in 40-70 ms, so there the objective is 30 ms (3 ms a run).
+/// (At 30 ms a debug build refuses the padded body before decoding it: nothing tested.)
 #[actix_web::test]
 async fn one_slow_decoding_does_not_refuse_the_requests_after_it() {
-    let server =
-        api_support::start_alone(api_support::unbatched_mlp("slow", 30 * MS, 3 * MS)).await;
+    let (objective, run) = if cfg!(debug_assertions) {
+        (100 * MS, 10 * MS)
+    } else {
+        (30 * MS, 3 * MS)
+    };
+    let server = api_support::start_alone(api_support::unbatched_mlp("slow", objective, run)).await;
     warm(&server).await;
     let ok = api_support::mlp_request(1.0);
     for _ in 0..20 {
@@ -332,7 +337,7 @@ async fn one_slow_decoding_does_not_refuse_the_requests_after_it() {
     let (status, _, _) = server.post_raw(SLOW, &[], padded).await;
     let outlier = metric(&server, &DECODING).await - before;
     assert!(
-        outlier > 0.03,
+        outlier > objective as f64 / 1e9,
         "the padded body decoded in {outlier} s (answered {status}): it must take longer \
          than the objective for this test to test anything"
     );
