@@ -70,14 +70,18 @@ impl ClockworkPolicy {
         m.ready_on
             .iter()
             .map(|d| &self.devices[d.0 as usize])
-            .filter(|device| self.overloaded(device, now))
-            .flat_map(|device| {
+            .filter_map(|device| {
                 let residents = device.residents.keys();
-                residents.filter(|&&o| o != model).take(MAX_OTHERS)
+                let tightest = residents
+                    .filter(|&&o| o != model)
+                    .take(MAX_OTHERS)
+                    .map(|&o| &self.models[o.0 as usize])
+                    .filter(|o| o.flow.objective() > 0 && o.rate.any(now))
+                    .map(|o| o.flow.objective())
+                    .min()?;
+                // Costed only where a busy neighbour could bound the request.
+                self.overloaded(device, now).then_some(tightest)
             })
-            .map(|&o| &self.models[o.0 as usize])
-            .filter(|o| o.flow.objective() > 0 && o.rate.any(now))
-            .map(|o| o.flow.objective())
             .min()
     }
 
@@ -94,7 +98,7 @@ impl ClockworkPolicy {
             if rate <= 0.0 {
                 continue;
             }
-            let replicas = (m.ready_on.len() + m.loading as usize).max(1) as f64;
+            let replicas = m.replicas();
             let batch = efficient_batch(
                 m,
                 device.runs(),

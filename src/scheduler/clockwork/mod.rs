@@ -98,6 +98,14 @@ struct ModelState {
     hindsight: hindsight::Hindsight,
 }
 
+impl ModelState {
+    /// Its replicas ready or loading, at least 1: what its work is split over when other
+    /// models reckon with it on one device (`shared.rs`, `horizon.rs`).
+    fn replicas(&self) -> f64 {
+        (self.ready_on.len() + self.loading as usize).max(1) as f64
+    }
+}
+
 /// An action sent and not yet reported.
 struct InFlight {
     device: DeviceId,

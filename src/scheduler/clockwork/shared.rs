@@ -144,7 +144,7 @@ impl ClockworkPolicy {
             } else {
                 rate * coming as f64 / 1e9
             };
-            let replicas = (o.ready_on.len() + o.loading as usize).max(1) as f64;
+            let replicas = o.replicas();
             let queued = due.saturating_sub(expiring) as f64 * served;
             let share = (queued + to_come) / replicas;
             if share <= 0.0 {
