@@ -120,9 +120,18 @@ def check_stream(url):
     client.stop_stream()
     assert sorted(got) == sorted(sent), (sorted(got), errors)
     assert len(errors) == 1 and "no-such-model" in errors[0], errors
-    for request_id, tensor in sent.items():
-        alone = client.infer("cnn", [tensor], parameters=slack).as_numpy("output")
-        assert np.array_equal(got[request_id], alone), (request_id, got[request_id], alone)
+    alone = {
+        request_id: client.infer("cnn", [tensor], parameters=slack).as_numpy("output")
+        for request_id, tensor in sent.items()
+    }
+    # Streamed requests may run batched together, and the runtime's kernels sum in an order
+    # that depends on the batch, so an answer matches its single call to float rounding
+    # (CI once saw 1e-6 relative), not bit for bit; the tolerance still tells every
+    # request's answer from every other's.
+    for request_id, answer in got.items():
+        for other, single in alone.items():
+            close = np.allclose(answer, single, rtol=1e-4, atol=1e-6)
+            assert close == (other == request_id), (request_id, other, answer, single)
 
 
 def check_real_model(client, http):
