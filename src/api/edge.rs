@@ -77,8 +77,10 @@ pub async fn discard(request: &HttpRequest, body: web::Payload) {
     let Some(length) = declared(request).filter(|&n| n > 0 && n <= DISCARD_BYTES) else {
         return;
     };
-    // Whatever happens (too slow, too long, broken), the refusal is answered next.
-    let _ = tokio::time::timeout(DISCARD_WAIT, drain(body, length)).await;
+    // Whatever happens (too slow, too long, broken), the refusal is answered next. The
+    // body is usually fed right after this handler is first polled: no timer for it.
+    let until = tokio::time::Instant::now() + DISCARD_WAIT;
+    let _ = super::soon::by(until, drain(body, length)).await;
 }
 
 /// The body's length as its `Content-Length` declares it, if it does.

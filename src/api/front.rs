@@ -284,8 +284,8 @@ impl<'a> Front<'a> {
         let until = self.hopeless_after();
         // A timer at the instant itself: no clock read for the slack (see `record`).
         let until = self.state.clock.instant(until);
-        let read = tokio::time::timeout_at(until, edge::collect(body, declared, limit)).await;
-        let Ok(read) = read else {
+        let read = super::soon::by(until, edge::collect(body, declared, limit)).await;
+        let Some(read) = read else {
             return Err(self.refuse(Stage::Reading, 0));
         };
         let bytes = read.map_err(|e| match e {

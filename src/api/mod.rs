@@ -49,6 +49,7 @@ mod repository;
 mod server_timing;
 mod shed;
 mod shm;
+mod soon;
 mod stats;
 mod target;
 mod trace;
