@@ -14,7 +14,8 @@ thread name); the largest
 RSS; the first second after the burst (in time of offered); the refusals at the edge by
 stage (all models); each model's answers in time and `timed_out` during the burst; and,
 where the run printed its batches (`bench/overload/batches.py`), each model's device
-seconds and device time per item.
+seconds and device time per item; where it counted them (`--syscalls`), the HTTP workers'
+`write` and `recvfrom` calls and CPU microseconds per response sent.
 """
 import json
 import re
@@ -94,6 +95,11 @@ def column(path):
         "RSS max MiB": during["rss_mib_max"],
         "first second after": f"{after['ok_in_slo']} of {after['offered']}",
     }
+    calls = re.search(r"^http workers, 3 s of the burst: (.*)$", text, re.M)
+    if calls:
+        c = json.loads(calls.group(1))
+        row["http: write / recvfrom per response, CPU µs per response"] = (
+            f"{c['write_per_response']} / {c['recvfrom_per_response']}, {c['cpu_us_per_response']}")
     stages = {}
     for counts in per_model.values():
         for kind, n in counts.items():

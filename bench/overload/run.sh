@@ -5,7 +5,7 @@
 #
 #   bench/overload/run.sh [--bin PATH] [--duration S] [--factor X] [--rate R]
 #                         [--max-in-flight N] [--perf DIR] [--client-cores front|any|LIST]
-#                         [--server-cores LIST] [--config FILE] [--keep DIR]
+#                         [--server-cores LIST] [--config FILE] [--keep DIR] [--syscalls]
 #
 # --keep DIR: copies the burst's load-generator report (report.json, report.md: each
 # model's answers and latencies) and the server's log into DIR.
@@ -25,6 +25,8 @@
 # --rate R: the burst's rate (requests/s) instead of factor x the measured capacity: on a
 # busy machine the capacity swings from run to run, and two builds compared at one rate
 # are compared on the same load.
+# --syscalls: counts the HTTP workers' system calls (`perf stat` of their threads, for 3 s
+# from 5 s into the burst) and prints them per response sent.
 # --perf DIR: `perf record -g` of the server and of the load generator during the burst,
 # written to DIR/server.data and DIR/loadgen.data (read them with `perf report
 # --no-children -i ...`; they are large: delete them after).
@@ -52,6 +54,7 @@ client_cores=front
 server_cores=""
 config=config.toml
 keep=""
+syscalls=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bin=$2; shift 2 ;;
@@ -64,6 +67,7 @@ while [ $# -gt 0 ]; do
         --server-cores) server_cores=$2; shift 2 ;;
         --config) config=$2; shift 2 ;;
         --keep) keep=$(realpath -m "$2"); shift 2 ;;
+        --syscalls) syscalls=1; shift ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -156,6 +160,14 @@ if [ -n "$perf_dir" ]; then
     perf record -F 999 -g -o "$perf_dir/loadgen.data" -p "$loadgen_pid" -- sleep "$duration" > /dev/null 2>&1 &
     perf_pids="$perf_pids $!"
 fi
+if [ "$syscalls" = 1 ]; then
+    (
+        sleep 5
+        tids=$(grep -lx http /proc/"$server_pid"/task/*/comm | cut -d/ -f5 | paste -sd, -)
+        perf stat -x, -t "$tids" -o "$work/syscalls.csv" -e syscalls:sys_enter_write,syscalls:sys_enter_sendto,syscalls:sys_enter_recvfrom,context-switches,task-clock -- sleep 3
+    ) > /dev/null 2>&1 &
+    perf_pids="$perf_pids $!"
+fi
 # The load generator's CPU: its /proc stat, read until it exits (the last reading counts).
 loadgen_cpu=0
 while kill -0 "$loadgen_pid" 2> /dev/null; do
@@ -177,6 +189,23 @@ us = lambda s: round(s / max(offered, 1) * 1e6, 1)
 print("cpu over the burst:", json.dumps({"loadgen_s": loadgen, "server_s": server,
       "loadgen_us_per_offered": us(loadgen), "server_us_per_offered": us(server)}))
 PY
+if [ -s "$work/syscalls.csv" ]; then
+    python3 - "$work/syscalls.csv" <<'PY'
+import json, sys
+counts = {}
+for row in open(sys.argv[1]):
+    fields = row.strip().split(",")
+    if len(fields) > 2 and fields[0].replace(".", "").isdigit():
+        counts[fields[2].split(":")[-1]] = float(fields[0])
+sent = max(counts.get("sys_enter_sendto", 0), 1)
+print("http workers, 3 s of the burst:", json.dumps({
+    "responses": int(sent),
+    "write_per_response": round(counts.get("sys_enter_write", 0) / sent, 2),
+    "recvfrom_per_response": round(counts.get("sys_enter_recvfrom", 0) / sent, 2),
+    "context_switches": int(counts.get("context-switches", 0)),
+    "cpu_us_per_response": round(counts.get("task-clock", 0) * 1000 / sent, 1)}))
+PY
+fi
 [ -f "$work/burst/server_timing.json" ] && echo "server-side time (Server-Timing edge): $(cat "$work/burst/server_timing.json")"
 # Where the server refused: the edge's stages, and every model's answers by outcome.
 curl -s "$base/metrics" | python3 -c '
