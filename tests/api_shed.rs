@@ -44,6 +44,13 @@ async fn until_refused_before_reading(server: &api_support::TestServer) {
     panic!("the edge never refused the tight model before reading");
 }
 
+/// Whether a refusal's text names a stage before the body is read: `before_reading`, or
+/// `front_end_behind` when the worker's own lag refused it first (on a busy test machine;
+/// CI once failed on it).
+fn unread(text: &str) -> bool {
+    text.contains("before_reading") || text.contains("front_end_behind")
+}
+
 /// Reads one HTTP/1.1 answer (head and a `Content-Length` body), lower-cased; panics if
 /// it does not come within two seconds.
 async fn answer(stream: &mut TcpStream) -> String {
@@ -103,7 +110,7 @@ async fn a_refused_request_is_answered_without_its_body() {
         assert!(text.starts_with("http/1.1 503"), "{text}");
         assert!(text.contains("retry-after: "), "{text}");
         assert!(text.contains("deadline_unreachable"), "{text}");
-        assert!(text.contains("before_reading"), "{text}");
+        assert!(unread(&text), "{text}");
         assert!(
             text.contains("connection: close"),
             "a body that does not come ends the connection: {text}"
@@ -170,7 +177,7 @@ async fn refused(server: &api_support::TestServer, body: &[u8]) -> String {
     stream.write_all(&request).await.expect("request");
     let text = answer(&mut stream).await;
     assert!(text.starts_with("http/1.1 503"), "{text}");
-    assert!(text.contains("before_reading"), "{text}");
+    assert!(unread(&text), "{text}");
     if !text.contains("connection: close") {
         stream
             .write_all(b"GET /v2/health/live HTTP/1.1\r\nHost: test\r\n\r\n")
