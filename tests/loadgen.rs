@@ -85,6 +85,13 @@ async fn sends_only_to_the_models_it_is_given() {
         .as_f64()
         .unwrap_or(0.0);
     assert!(server > 0.0 && server <= client, "{timing}");
+    // The same answers by model: all of them resnet's.
+    let models = timing["models"].as_object().expect("by model");
+    assert_eq!(models.keys().collect::<Vec<_>>(), ["resnet"], "{timing}");
+    assert_eq!(
+        models["resnet"]["successes"]["count"],
+        timing["successes"]["count"]
+    );
 }
 
 #[actix_web::test]

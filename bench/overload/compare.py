@@ -8,7 +8,8 @@ Rows: the capacity it measured; the burst's answers in time, late at the client 
 them those the server itself sent after the deadline from the edge), refused
 (and of them `timed_out` and `overran`, the refusals that waited); the answers' time inside
 the server (Server-Timing) at p50 and p99; refusal latency p50 and
-p99 at the client, and the p99 of a `deadline_unreachable` refusal inside the server; the
+p99 at the client, and the p99 of a `deadline_unreachable` refusal inside the server (all,
+and by model where the load generator split them); the
 CPU seconds of the devices' threads and of the rest over the burst (and the rest by
 thread name); the largest
 RSS; the first second after the burst (in time of offered); the refusals at the edge by
@@ -90,6 +91,11 @@ def column(path):
             f"{refused_by.get('timed_out', 0)} / {refused_by.get('overran', 0)}",
         "refusal p50 / p99 ms (client)": f"{burst['refusal_p50_ms']} / {burst['refusal_p99_ms']}",
         "deadline_unreachable p99 ms (server)": unreachable.get("server_ms", {}).get("p99", "-"),
+        # By model, where the load generator split them (since the thirty-seventh session).
+        "of it by model": ", ".join(
+            f"{name} {kinds['refusals']['deadline_unreachable']['server_ms']['p99']}"
+            for name, kinds in sorted(timing.get("models", {}).items())
+            if (kinds["refusals"].get("deadline_unreachable") or {}).get("server_ms")) or "-",
         "CPU s: devices / the rest": f"{devices} / {round(rest, 2)}",
         "CPU s of the rest, by thread": ", ".join(f"{k} {v}" for k, v in sorted(others.items())),
         "RSS max MiB": during["rss_mib_max"],

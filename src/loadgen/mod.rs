@@ -93,7 +93,7 @@ fn since(start: Instant) -> Nanos {
     start.elapsed().as_nanos() as Nanos
 }
 
-fn record(tally: &Shared, arrival: Nanos, answered: Nanos, reply: Reply) {
+fn record(tally: &Shared, model: &str, arrival: Nanos, answered: Nanos, reply: Reply) {
     let mut t = tally.borrow_mut();
     t.in_flight = t.in_flight.saturating_sub(1);
     match &reply.sent {
@@ -102,7 +102,7 @@ fn record(tally: &Shared, arrival: Nanos, answered: Nanos, reply: Reply) {
     }
     if let Sent::Answered(outcome) = reply.sent {
         let client = answered.saturating_sub(arrival) / 1_000;
-        t.timing.record(outcome, client, reply.server_us);
+        t.timing.record(model, outcome, client, reply.server_us);
     }
     t.recorder.answered(arrival, answered, reply.sent.into());
 }
@@ -141,7 +141,13 @@ fn admit(sender: &Sender) -> Option<(Nanos, u64)> {
 async fn one(sender: Sender, arrival: Arrival, at: Nanos, n: u64) {
     let request = &sender.requests[arrival.model as usize % sender.requests.len()];
     let reply = send(&sender.http, request, arrival.slo, n).await;
-    record(&sender.tally, at, since(sender.start), reply);
+    record(
+        &sender.tally,
+        &request.model,
+        at,
+        since(sender.start),
+        reply,
+    );
 }
 
 /// Runs the workload against the server and writes the report; must run inside an actix

@@ -100,9 +100,47 @@ impl Split {
 /// Successes' and refusals' times in the server and outside it, refusals by outcome: a
 /// refusal at the edge (`deadline_unreachable`) is meant to come back at once, one
 /// admitted and dropped from its queue (`timed_out`) only by its deadline.
-pub struct ServerTiming {
+struct Kinds {
     successes: Split,
     refusals: BTreeMap<Outcome, Split>,
+}
+
+impl Kinds {
+    fn new() -> Self {
+        Self {
+            successes: Split::new(),
+            refusals: BTreeMap::new(),
+        }
+    }
+
+    /// The split that keeps answers of `outcome`, if any does.
+    fn split(&mut self, outcome: Outcome) -> Option<&mut Split> {
+        if outcome.is_success() {
+            Some(&mut self.successes)
+        } else if outcome.is_refusal() {
+            Some(self.refusals.entry(outcome).or_insert_with(Split::new))
+        } else {
+            None
+        }
+    }
+
+    fn summary(&self) -> KindsSummary {
+        KindsSummary {
+            successes: self.successes.summary(),
+            refusals: (self.refusals.iter())
+                .map(|(outcome, split)| (outcome.as_str(), split.summary()))
+                .collect(),
+        }
+    }
+}
+
+/// The run's answers by kind, all together and by model: under overload the whole's p99
+/// is often one model's (a large body read in several of the server's turns), and only
+/// the split says which.
+pub struct ServerTiming {
+    all: Kinds,
+    /// By model or pipeline name.
+    models: BTreeMap<String, Kinds>,
     /// Answers without a readable `Server-Timing: edge`.
     untimed: u64,
 }
@@ -120,12 +158,20 @@ pub struct SplitSummary {
     pub outside_server_ms: Option<LatencyMs>,
 }
 
-/// The whole of `server_timing.json`.
+/// Successes and refusals (by outcome: `deadline_unreachable`, `timed_out`, ...).
+#[derive(Debug, Serialize)]
+pub struct KindsSummary {
+    pub successes: SplitSummary,
+    pub refusals: BTreeMap<&'static str, SplitSummary>,
+}
+
+/// The whole of `server_timing.json`: every answer's kinds, then each model's.
 #[derive(Debug, Serialize)]
 pub struct TimingSummary {
     pub successes: SplitSummary,
-    /// By outcome (`deadline_unreachable`, `timed_out`, ...).
     pub refusals: BTreeMap<&'static str, SplitSummary>,
+    /// The same by model or pipeline.
+    pub models: BTreeMap<String, KindsSummary>,
     /// Answers (of any kind) without a readable `Server-Timing: edge`.
     pub untimed: u64,
 }
@@ -133,35 +179,42 @@ pub struct TimingSummary {
 impl Default for ServerTiming {
     fn default() -> Self {
         Self {
-            successes: Split::new(),
-            refusals: BTreeMap::new(),
+            all: Kinds::new(),
+            models: BTreeMap::new(),
             untimed: 0,
         }
     }
 }
 
 impl ServerTiming {
-    /// An answer with `outcome` that took `client` us at the client and, if it said,
-    /// `server` us in the server (answers other than successes and refusals are not kept).
-    pub fn record(&mut self, outcome: Outcome, client: u64, server: Option<u64>) {
-        let split = if outcome.is_success() {
-            &mut self.successes
-        } else if outcome.is_refusal() {
-            self.refusals.entry(outcome).or_insert_with(Split::new)
-        } else {
+    /// An answer of `model` with `outcome` that took `client` us at the client and, if it
+    /// said, `server` us in the server (answers other than successes and refusals are not
+    /// kept).
+    pub fn record(&mut self, model: &str, outcome: Outcome, client: u64, server: Option<u64>) {
+        let Some(split) = self.all.split(outcome) else {
             return;
         };
-        match server {
-            None => self.untimed += 1,
-            Some(server) => split.record(client, server),
+        let Some(server) = server else {
+            self.untimed += 1;
+            return;
+        };
+        split.record(client, server);
+        // Looked up by `&str`: a model's name is copied once, at its first answer.
+        if !self.models.contains_key(model) {
+            self.models.insert(model.to_owned(), Kinds::new());
+        }
+        if let Some(split) = (self.models.get_mut(model)).and_then(|k| k.split(outcome)) {
+            split.record(client, server);
         }
     }
 
     pub fn summary(&self) -> TimingSummary {
+        let all = self.all.summary();
         TimingSummary {
-            successes: self.successes.summary(),
-            refusals: (self.refusals.iter())
-                .map(|(outcome, split)| (outcome.as_str(), split.summary()))
+            successes: all.successes,
+            refusals: all.refusals,
+            models: (self.models.iter())
+                .map(|(model, kinds)| (model.clone(), kinds.summary()))
                 .collect(),
             untimed: self.untimed,
         }
@@ -196,12 +249,12 @@ mod tests {
     fn refusals_are_split_by_outcome_and_into_inside_and_outside_the_server() {
         let mut timing = ServerTiming::default();
         for _ in 0..100 {
-            timing.record(Outcome::DeadlineUnreachable, 10_000, Some(20));
+            timing.record("a", Outcome::DeadlineUnreachable, 10_000, Some(20));
         }
-        timing.record(Outcome::TimedOut, 100_000, Some(100_000));
-        timing.record(Outcome::Ok, 5_000, Some(4_000));
-        timing.record(Outcome::DeadlineUnreachable, 7_000, None);
-        timing.record(Outcome::BadInput, 7_000, Some(1));
+        timing.record("b", Outcome::TimedOut, 100_000, Some(100_000));
+        timing.record("a", Outcome::Ok, 5_000, Some(4_000));
+        timing.record("a", Outcome::DeadlineUnreachable, 7_000, None);
+        timing.record("a", Outcome::BadInput, 7_000, Some(1));
         let s = timing.summary();
         let edge = &s.refusals["deadline_unreachable"];
         assert_eq!((edge.count, s.successes.count, s.untimed), (100, 1, 1));
@@ -212,5 +265,37 @@ mod tests {
         let outside = edge.outside_server_ms.clone().expect("timed refusals");
         assert!((outside.p50 - 9.98).abs() < 0.01, "{outside:?}");
         assert!(s.successes.server_ms.is_some());
+    }
+
+    /// Mutation that breaks it: every answer kept under the first model named (`b`'s
+    /// time-out lands in `a`), or the untimed answer kept in its model's split.
+    #[test]
+    fn each_model_keeps_its_own_answers() {
+        let mut timing = ServerTiming::default();
+        for _ in 0..10 {
+            timing.record("a", Outcome::DeadlineUnreachable, 10_000, Some(20));
+        }
+        timing.record("b", Outcome::TimedOut, 100_000, Some(100_000));
+        timing.record("b", Outcome::DeadlineUnreachable, 3_000, Some(2_000));
+        timing.record("a", Outcome::Ok, 5_000, Some(4_000));
+        timing.record("a", Outcome::DeadlineUnreachable, 7_000, None);
+        let s = timing.summary();
+        assert_eq!(s.models.len(), 2, "{:?}", s.models.keys());
+        let (a, b) = (&s.models["a"], &s.models["b"]);
+        assert_eq!(a.refusals["deadline_unreachable"].count, 10);
+        assert_eq!(a.successes.count, 1);
+        assert!(
+            !a.refusals.contains_key("timed_out"),
+            "{:?}",
+            a.refusals.keys()
+        );
+        assert_eq!(b.refusals["timed_out"].count, 1);
+        assert_eq!(b.successes.count, 0);
+        let inside = b.refusals["deadline_unreachable"].server_ms.clone();
+        assert!((inside.expect("timed").p99 - 2.0).abs() < 0.01);
+        assert_eq!(
+            s.refusals["deadline_unreachable"].count, 11,
+            "all models together"
+        );
     }
 }
