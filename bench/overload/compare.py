@@ -9,7 +9,8 @@ them those the server itself sent after the deadline from the edge), refused
 (and of them `timed_out` and `overran`, the refusals that waited); the answers' time inside
 the server (Server-Timing) at p50 and p99; refusal latency p50 and
 p99 at the client, and the p99 of a `deadline_unreachable` refusal inside the server (all,
-and by model where the load generator split them); the
+and by model where the load generator split them, with each model's `overran` refusals'
+time in the server); the
 CPU seconds of the devices' threads and of the rest over the burst (and the rest by
 thread name); the largest
 RSS; the first second after the burst (in time of offered); the refusals at the edge by
@@ -37,6 +38,20 @@ def server_timing(text):
     mark = "server-side time (Server-Timing edge): "
     at = text.index(mark) + len(mark)
     return json.JSONDecoder().raw_decode(text[at:])[0]
+
+
+def by_model(timing, outcome, quantiles):
+    """Each model's refusals of `outcome` in the server: its p99, or its count and the
+    quantiles, where the load generator split them by model."""
+    cells = []
+    for name, kinds in sorted(timing.get("models", {}).items()):
+        split = kinds["refusals"].get(outcome) or {}
+        if not split.get("server_ms"):
+            continue
+        times = " / ".join(str(split["server_ms"][q]) for q in quantiles)
+        cells.append(f"{name} {times}" if len(quantiles) == 1
+                     else f"{name} {split['count']}, {times}")
+    return ", ".join(cells) or "-"
 
 
 def models(text):
@@ -92,10 +107,9 @@ def column(path):
         "refusal p50 / p99 ms (client)": f"{burst['refusal_p50_ms']} / {burst['refusal_p99_ms']}",
         "deadline_unreachable p99 ms (server)": unreachable.get("server_ms", {}).get("p99", "-"),
         # By model, where the load generator split them (since the thirty-seventh session).
-        "of it by model": ", ".join(
-            f"{name} {kinds['refusals']['deadline_unreachable']['server_ms']['p99']}"
-            for name, kinds in sorted(timing.get("models", {}).items())
-            if (kinds["refusals"].get("deadline_unreachable") or {}).get("server_ms")) or "-",
+        "of it by model": by_model(timing, "deadline_unreachable", ("p99",)),
+        "overran: count, p50 / p99 ms (server), by model": by_model(
+            timing, "overran", ("p50", "p99")),
         "CPU s: devices / the rest": f"{devices} / {round(rest, 2)}",
         "CPU s of the rest, by thread": ", ".join(f"{k} {v}" for k, v in sorted(others.items())),
         "RSS max MiB": during["rss_mib_max"],
