@@ -268,7 +268,7 @@ mod tests {
     }
 
     /// Mutation that breaks it: every answer kept under the first model named (`b`'s
-    /// time-out lands in `a`), or the untimed answer kept in its model's split.
+    /// time-out lands in `a`).
     #[test]
     fn each_model_keeps_its_own_answers() {
         let mut timing = ServerTiming::default();
