@@ -30,6 +30,16 @@ FORMATS = ("json", "binary", "grpc", "shm")
 SLOW_REFUSAL_MS = 10
 
 
+def loads_in(*outs):
+    """The default loads and any other a run in `outs` had (`run.sh --loads "5 10"`),
+    in increasing order, as `run.sh` names them in its files."""
+    found = set(LOADS)
+    for out in outs:
+        for path in glob.glob(f"{out}/*-*.requests.jsonl"):
+            found.add(os.path.basename(path).split("-", 1)[1].removesuffix(".requests.jsonl"))
+    return sorted(found, key=float)
+
+
 def overran(out):
     """Requests refused at their deadline over the whole run (the metrics after 2x)."""
     try:
@@ -108,7 +118,7 @@ def print_by_rate(runs, cell):
     print(f"| body | load | {names} |")
     print("| --- | --- |" + " --- |" * len(runs))
     for fmt in FORMATS:
-        for x in LOADS:
+        for x in loads_in(*(out for _, out in runs)):
             # Runs of some rates only (run.sh --formats, --loads): "-" where a run had
             # none, no row where none had it.
             ran = [os.path.exists(f"{out}/{fmt}-{x}.json") for _, out in runs]

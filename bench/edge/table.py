@@ -15,7 +15,7 @@ import os
 import json
 import sys
 
-from compare import FORMATS, LOADS
+from compare import FORMATS, loads_in
 
 
 def cell(value):
@@ -28,7 +28,7 @@ def main():
           "| errors | p50 ms | p99 ms | refusal p50 ms | refusal p99 ms |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for fmt in FORMATS:
-        for x in LOADS:
+        for x in loads_in(out):
             # A run of some rates only (run.sh --formats, --loads).
             if not os.path.exists(f"{out}/{fmt}-{x}.json"):
                 continue
@@ -46,7 +46,7 @@ def cpu_table(out):
     """CPU over each rate, where the run kept it."""
     rows = []
     for fmt in FORMATS:
-        for x in LOADS:
+        for x in loads_in(out):
             path = f"{out}/cpu-{fmt}-{x}.json"
             if not os.path.exists(path):
                 continue

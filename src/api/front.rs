@@ -94,6 +94,33 @@ async fn by_due<T>(
     }
 }
 
+/// The most a body may declare to be taken in the same read as its head: actix reads a
+/// connection until 32 KiB are buffered before it hands the head on (`MAX_BUFFER_SIZE` in
+/// actix-http's h1 payload), less room for the head itself.
+pub(super) const WITH_HEAD_BYTES: u64 = 16 << 10;
+
+/// Where a request's body is when the edge first judges it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Body {
+    /// Received whole before the call (a gRPC message).
+    InHand,
+    /// Still on the connection, its `Content-Length` as declared (HTTP).
+    Declared(Option<u64>),
+}
+
+impl Body {
+    /// Whether the worker takes the body without coming back to the request: it is in
+    /// hand, or small enough to come in the read that brought its head. A client that
+    /// sends the head and the body apart has sent both by the time a worker that is
+    /// behind gets to the head, which is when its lag matters.
+    fn with_head(self) -> bool {
+        match self {
+            Body::InHand => true,
+            Body::Declared(length) => length.is_some_and(|n| n <= WITH_HEAD_BYTES),
+        }
+    }
+}
+
 /// A request's answer as the front end delivered it: encoded by its protocol, with the
 /// time the server held it (arrival to encoded) and its batch's run time.
 pub(super) struct Delivered<R> {
@@ -224,7 +251,7 @@ impl<'a> Front<'a> {
     /// Refuses, from the controller's last view of the model (a pipeline's first stage),
     /// a request it cannot serve by the model's (the pipeline's) deadline; answers the
     /// clock reading it judged at, where reading the body starts.
-    pub(super) fn admit_before_reading(&self) -> Result<Nanos, ApiError> {
+    pub(super) fn admit_before_reading(&self, body: Body) -> Result<Nanos, ApiError> {
         let now = self.state.clock.now();
         // The best recent times as read at arrival, microseconds ago.
         let e = self.outlook.least;
@@ -232,9 +259,10 @@ impl<'a> Front<'a> {
         // The decoders' backlog now, not only the best recent wait: a request behind a
         // queue of bodies it cannot pass in time is refused before its body is read.
         let wait = e.wait.max(self.state.decoders.expected_wait());
-        // The worker must get to the request again to read its body: its lag counts here
-        // too (and for the way back, in `deadline`).
-        let ahead = e.read + wait + e.decode + self.lag;
+        // A body that does not come with its head makes the worker get to the request
+        // again to read it: its lag counts here too (and for the way back, in `deadline`).
+        let reading_lag = if body.with_head() { 0 } else { self.lag };
+        let ahead = e.read + wait + e.decode + reading_lag;
         if self.lag > 0 && now.saturating_add(ahead) > self.deadline {
             // The front end alone cannot make it, whatever the devices' backlog.
             return Err(self.refuse(Stage::FrontEndBehind, self.lag));

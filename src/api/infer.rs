@@ -18,7 +18,7 @@ use super::body::{decode_body, respond};
 use super::decode;
 use super::edge;
 use super::error::{ApiError, ErrorBody};
-pub(super) use super::front::{Delivered, Front};
+pub(super) use super::front::{Body, Delivered, Front};
 use super::server_timing::with_server_timing;
 pub(super) use super::target::Target;
 use super::v2::{InferRequest, InferResponse};
@@ -110,7 +110,7 @@ pub(super) async fn run(
 ) -> Result<HttpResponse, ApiError> {
     let target = Target::find(state, model, version)?;
     let front = Front::new(state, &target, edge::arrival(request, &state.clock));
-    let judged = match front.admit_before_reading() {
+    let judged = match front.admit_before_reading(Body::Declared(edge::declared(request))) {
         Ok(judged) => judged,
         Err(refused) => {
             // Refused without reading or decoding it; a small body is taken off the

@@ -1,6 +1,7 @@
 //! How far behind its own work an HTTP worker is: the edge counts it in every request's
-//! time, twice (the worker must get to the request to read it, and back to it to write
-//! the answer).
+//! time, once for the way back (the worker must get back to the request to write its
+//! answer) and again for a body that does not come with its head (the worker must get
+//! back to it to read that; `front::Body`).
 //!
 //! Why: under overload the front end's core may saturate (on a small machine it also runs
 //! the controller, and in the benches the load generator). Then each request waits for

@@ -10,7 +10,7 @@ use tonic::{Request, Response, Status};
 use super::super::decode;
 use super::super::edge::{Arrival, Phase};
 use super::super::error::ApiError;
-use super::super::infer::{Delivered, Front, Target};
+use super::super::infer::{Body, Delivered, Front, Target};
 use super::super::ApiState;
 use super::proto::{ModelInferRequest, ModelInferResponse};
 use super::status::status;
@@ -54,7 +54,7 @@ async fn run(
 ) -> Result<Delivered<ModelInferResponse>, ApiError> {
     let target = Target::find(state, name, version)?;
     let front = Front::new(state, &target, arrival);
-    front.admit_before_reading()?;
+    front.admit_before_reading(Body::InHand)?;
     let read = front.took(Phase::Read, arrival);
     let small = request.encoded_len() <= decode::INLINE_DECODE_BYTES;
     let regions = std::sync::Arc::clone(&state.regions);
