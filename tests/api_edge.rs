@@ -304,12 +304,12 @@ async fn a_worker_behind_its_own_work_refuses_before_reading() {
 /// large to come with the head. With the worker blocked twice for 70 ms (a lag of about
 /// 65 ms against the model's 100 ms objective), a request padded past
 /// `WITH_HEAD_BYTES` is refused `front_end_behind` and a small one is served. Counted
-/// twice for every body, the lag refused both (under the 10x burst with squeezenet's
-/// 602 KB bodies in the mix, nearly everything: 1,300-1,700 answers in time in 20 s
-/// against 7,500-8,300 counted once for small bodies; docs/EXPERIMENTS.md, "The worker's
-/// lag counted once for a body that comes with its head"). Mutations that break it: the
-/// lag counted for every body (the small request is refused); for none (the padded one is
-/// served).
+/// twice for every body, the lag refused both (under a burst at 16,000/s with
+/// squeezenet's 602 KB bodies in the mix, nearly everything: 850-1,980 answers in time in
+/// 20 s against 5,308-7,317 counted once for small bodies; docs/EXPERIMENTS.md, "The
+/// worker's lag counted once for a body that comes with its head"). Mutations that break
+/// it: the lag counted for every body (the small request is refused); for none (the padded
+/// one is served).
 #[actix_web::test]
 async fn a_body_that_comes_with_its_head_waits_for_the_worker_once() {
     use actix_web::http::header::CONTENT_TYPE;
