@@ -57,10 +57,11 @@ async fn a_value_the_model_fails_on_fails_its_request_alone() {
     // and batches, where a run of this tiny graph would end before the next request came.
     // The watchdog waits long enough for runs that slow, which no estimate learned at
     // registration foresaw (hangs are not what this test is about). At 300 times, a debug
-    // build's runs of 1-1.5 ms took 0.3-0.5 s each, a burst's twelve (one failed batch,
-    // then each of its requests alone) up to 5.5 s, and a busy host pushed requests past
-    // the client's 10 s or their 10 s objective (CI failed on it); at 100 times a debug
-    // burst takes 60-180 ms and still batches (4 runs for the first burst's 12).
+    // build's runs (about 1-1.5 ms, by its bursts' times and run counts) took 0.3-0.5 s,
+    // a burst's twelve (one failed batch, then each of its requests alone) up to 5.5 s,
+    // and a busy host pushed requests past the client's 10 s or their 10 s objective (CI
+    // failed on it); at 100 times a debug burst takes 60-180 ms and still batches (4 runs
+    // for the first burst's 12).
     let slow = "[devices.faults]\nslowdown = { from = \"0s\", until = \"1h\", factor = 100.0 }";
     let text = config(root.path(), 2, 64, 16 << 20).replace(
         "[repository]",
