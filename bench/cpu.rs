@@ -198,6 +198,7 @@ fn served_run(root: &std::path::Path, rate: f64, seconds: u64) -> anyhow::Result
                 slo: None,
                 edge: None,
                 root: None,
+                tally: None,
                 reply,
             });
             answers.push(answer);

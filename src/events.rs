@@ -10,6 +10,7 @@ use tokio::sync::broadcast;
 use crate::model::{ActionId, DeviceId, ModelId, RequestId};
 use crate::outcome::Outcome;
 use crate::protocol::{ActionError, ActionTag, Measured};
+use crate::tally::Tally;
 use crate::time::Nanos;
 
 /// Events kept for a subscriber that has not read them yet.
@@ -143,6 +144,10 @@ pub struct RequestAnswered {
     /// Its batch's execution, if it succeeded: its queue time (arrival to the batch's
     /// start) and compute time for the metrics, a pipeline's sub-requests' too.
     pub ran: Option<Measured>,
+    /// Who counts the answer in the metrics, when the front end may have answered
+    /// otherwise (`tally.rs`); `None`: this event.
+    #[serde(skip)]
+    pub tally: Option<Tally>,
 }
 
 /// The controller sent an action to an executor (what the device will do, and when).

@@ -21,6 +21,7 @@ pub mod serve;
 pub mod simulate;
 pub mod slopt;
 pub mod stats;
+pub mod tally;
 pub mod tensor;
 pub mod time;
 pub mod workload;

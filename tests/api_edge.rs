@@ -226,6 +226,27 @@ async fn an_answer_not_ready_by_the_deadline_is_a_refusal_then() {
     server.stop().await;
 }
 
+/// The request refused `overran` is counted once, by the answer its client got: when the
+/// run it was in ends (late, 300 ms in), the controller's outcome for it is not counted
+/// too. A server whose metrics said `late` for an answer it never sent late would alarm
+/// whoever watches the promise. Mutation that breaks it: the metrics counting every
+/// answer the controller publishes (`Tally` ignored in `metrics::Metrics::answered`).
+#[actix_web::test]
+async fn a_refusal_at_the_deadline_is_counted_once_when_its_run_ends() {
+    let (server, answer, _) = overrun(clockwork::api::ApiSettings::default()).await;
+    api_support::assert_error(&answer, 503, "overran", "'slow'");
+    let counted = r#"clockwork_requests{model="slow""#;
+    let late = r#"clockwork_requests{model="slow",outcome="late"}"#;
+    let refused = metric(&server, &[counted]).await;
+    // The run takes 300 ms from about 10 ms in, its answer reaches the controller then.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (_, metrics) = server.get("/metrics").await;
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert_eq!(sum(&metrics, &[counted]), refused, "{metrics}");
+    assert_eq!(sum(&metrics, &[late]), 0.0, "{metrics}");
+    server.stop().await;
+}
+
 /// With `answer_late`, the front end waits past the deadline instead: whatever the
 /// controller answers (the outputs, late, or its own refusal once it gives up on the slow
 /// device), never `overran`, and after the objective. Mutation that breaks it: the setting

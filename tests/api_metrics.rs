@@ -1,6 +1,7 @@
 //! `/metrics`: Triton's names with a `model` label and the runtime's own, fed by events.
 
 mod api_support;
+mod grpc_support;
 
 use std::time::Duration;
 
@@ -44,14 +45,17 @@ async fn metrics_when(server: &api_support::TestServer, ready: impl Fn(&str) -> 
     panic!("the metrics never reached the expected counts after {TRIES} reads:\n{text}");
 }
 
-/// A client that has its answer finds it counted in the next scrape, without waiting: the
-/// metrics fold the events in on each read (`Metrics::catch_up`), and the controller
-/// publishes an answer's event before it sends the answer. Mutation that breaks it:
-/// `render` without `catch_up` (the events folded in only every 10 ms).
+/// A client that has its answer finds it counted in the next scrape, without waiting, and
+/// its batch too: the front end counts the answer before it sends it, the metrics fold the
+/// events in on each read (`Metrics::catch_up`), and the controller publishes a batch's
+/// event before it sends its answers. Mutations that break it: `render` without
+/// `catch_up` (the events folded in only every 10 ms: the batch is missing); the success
+/// not counted in `Metrics::delivered`.
 #[actix_web::test]
 async fn an_answer_is_counted_in_the_next_scrape() {
     let server = start_default().await;
     let ok = "clockwork_requests{model=\"mlp\",outcome=\"ok\"}";
+    let batches = "nv_inference_exec_count{model=\"mlp\"}";
     for answered in 1..=20 {
         let (status, _) = server
             .post_json("/v2/models/mlp/infer", &mlp_request(1.0))
@@ -59,6 +63,7 @@ async fn an_answer_is_counted_in_the_next_scrape() {
         assert_eq!(status, 200);
         let text = String::from_utf8(server.get("/metrics").await.1).expect("text");
         assert_eq!(value(&text, ok), Some(f64::from(answered)), "{text}");
+        assert_eq!(value(&text, batches), Some(f64::from(answered)), "{text}");
     }
     server.stop().await;
 }
@@ -287,4 +292,53 @@ async fn a_device_out_before_the_api_started_is_counted() {
     let passed = "clockwork_device_probes{device=\"0\",result=\"passed\"}";
     assert_eq!(read(&text, passed), 1.0, "{text}");
     runtime.shutdown().await;
+}
+
+/// The sum of `clockwork_requests` of model `slow`, every outcome.
+fn answers_of_slow(text: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(r#"clockwork_requests{model="slow","#))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A request whose client leaves before its answer is counted once, by the controller's
+/// outcome (no answer was given): here a gRPC call its client gives up on (the stream is
+/// reset and the server drops the call) while its 200 ms run goes on. The front end counts
+/// the answers it gives and the controller's event is held until it decides; mutation that
+/// breaks it: the front end not letting the request go when it is dropped
+/// (`Tally::left` out of `Drop for Front`), and the request is never counted.
+#[actix_web::test]
+async fn a_request_whose_client_left_is_counted_by_the_controllers_outcome() {
+    use clockwork::time::MS;
+    let model = api_support::unbatched_mlp("slow", 1000 * MS, 200 * MS);
+    let server = api_support::start_alone(model).await;
+    let path = "/v2/models/slow/infer";
+    // The first requests find the model cold.
+    let mut warm = false;
+    for _ in 0..50 {
+        warm = server.post_json(path, &mlp_request(1.0)).await.0 == 200;
+        if warm {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(warm, "the model never became servable");
+    let (_, text) = server.get("/metrics").await;
+    let before = answers_of_slow(&String::from_utf8(text).expect("text"));
+    let mut client = grpc_support::grpc(&server.state).await;
+    let mut request = grpc_support::mlp(&[1.0; 64], true);
+    request.model_name = "slow".into();
+    let call = client.model_infer(request);
+    let gave_up = tokio::time::timeout(Duration::from_millis(50), call).await;
+    assert!(gave_up.is_err(), "answered before its run: {gave_up:?}");
+    let counted = metrics_when(&server, |text| answers_of_slow(text) > before).await;
+    // Time for a second count, if there were one.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (_, text) = server.get("/metrics").await;
+    let text = String::from_utf8(text).expect("text");
+    assert_eq!(answers_of_slow(&text), before + 1.0, "{counted}\n{text}");
+    let ok = r#"clockwork_requests{model="slow",outcome="ok"}"#;
+    assert_eq!(value(&text, ok), Some(before + 1.0), "{text}");
+    server.stop().await;
 }

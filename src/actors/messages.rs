@@ -108,6 +108,9 @@ pub struct Submit {
     pub edge: Option<Edge>,
     /// The pipeline root it serves, if it is a pipeline's sub-request.
     pub root: Option<Root>,
+    /// Who counts its answer in the metrics, for a caller that may answer its client
+    /// otherwise (the front end; `tally.rs`); `None`: the controller's outcome counts.
+    pub tally: Option<crate::tally::Tally>,
     /// Receives the one answer.
     pub reply: tokio::sync::oneshot::Sender<InferResult>,
 }

@@ -91,6 +91,7 @@ impl Handler<StageWork> for StageActor {
             slo: Some(work.deadline.saturating_sub(now)),
             edge: None,
             root: Some(work.root),
+            tally: None,
             reply,
         });
         let (done, clock, events) = (p.done.clone(), p.clock, p.events.clone());

@@ -2,74 +2,27 @@
 //! (`grpc/infer.rs`): [`Front`] stamps nothing itself (the arrival comes from the edge's
 //! middleware) but takes the request from there through each step that may refuse it
 //! before the controller does (before reading, reading within the slack, decoding on the
-//! pool), makes the one call (a [`Submit`] to the controller, or a pipeline's root) and
-//! waits for the answer no later than the deadline, learning each phase's time on the way.
+//! pool), makes the one call (a `Submit` to the controller, `submit.rs`, or a pipeline's
+//! root) and waits for the answer no later than the deadline, learning each phase's time on
+//! the way; it counts the answer it gives (`tally.rs`).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use actix_web::web;
-use tokio::sync::oneshot;
 
 use super::body::{Answer, Decoded};
 use super::decode::PoolError;
 use super::edge::{self, FrontKey, Outlook, Phase, Stage};
 use super::error::ApiError;
-use super::metrics::Metrics;
-use super::models::Entry;
 use super::target::Target;
-use super::v2::AnswerParameters;
-use super::ApiState;
-use crate::actors::messages::{Edge, InferError, Inferred, Submit};
-use crate::model::{ModelId, ModelSpec};
+use super::{submit, ApiState};
+use crate::actors::messages::Edge;
+use crate::model::ModelSpec;
+use crate::outcome::Outcome;
 use crate::scheduler::view::{judge, Admission, Due, ModelView};
-use crate::tensor::Tensor;
+use crate::tally::Tally;
 use crate::time::{Clock, Nanos};
-
-/// A decoded request to a model: one [`Submit`] to the controller, its answer.
-async fn call(
-    state: &ApiState,
-    entry: &Arc<Entry>,
-    inputs: Vec<Tensor>,
-    items: u32,
-    slo: Option<Nanos>,
-    edge: Edge,
-) -> Result<Answer, ApiError> {
-    // The request carries its own reply channel: the controller answers this future
-    // directly, without a task of its own that waits for the answer and forwards it (what
-    // `Infer` through `send` costs: a second channel and a wake-up on the controller's
-    // thread). The controller's mailbox is unbounded in practice (`actors::MAILBOX`):
-    // requests are admitted or refused by the policy, never held back by the mailbox.
-    let (reply, answer) = oneshot::channel();
-    let message = Submit {
-        model: entry.spec.name.clone(),
-        inputs: Arc::new(inputs),
-        items,
-        slo,
-        edge: Some(edge),
-        root: None,
-        reply,
-    };
-    let waiting = Waiting::new(&state.metrics, entry.id);
-    state.controller.do_send(message);
-    // Through the worker's relay: woken from the controller's thread, this request would
-    // wait in the worker's slow queue (`relay.rs`).
-    let answer = super::relay::relayed(answer).await;
-    drop(waiting);
-    // A controller that is gone (the reply dropped unanswered) can only be one that is
-    // shutting down; so is a relay that is gone.
-    let inferred = answer
-        .and_then(Result::ok)
-        .unwrap_or(Err(InferError::ShuttingDown))?;
-    Ok(Answer {
-        parameters: parameters(&entry.spec, &inferred, slo),
-        // From the end of the batch (same clock): the way back costs time too. No clock
-        // read here: `Front::took` measures from it without going below zero.
-        ended: inferred.timing.exec.end,
-        exec: Some(inferred.timing.exec.duration),
-        outputs: inferred.outputs,
-    })
-}
 
 /// How much before a request's deadline (besides its encoding) the front end stops
 /// waiting for its answer: the HTTP worker's own delay in running a timer that is due and
@@ -151,6 +104,9 @@ pub(super) struct Front<'a> {
     /// Whether this request is one of them (from its admission before reading until it
     /// is handed to the controller, or dropped: refused, or its client gone).
     holding: AtomicBool,
+    /// Who counts its answer in the metrics once the controller has it: this front end,
+    /// by the answer it gives, unless its client leaves first (`tally.rs`).
+    tally: Tally,
 }
 
 impl<'a> Front<'a> {
@@ -173,6 +129,7 @@ impl<'a> Front<'a> {
             lag,
             ahead,
             holding: AtomicBool::new(false),
+            tally: Tally::new(),
         }
     }
 
@@ -390,7 +347,8 @@ impl<'a> Front<'a> {
         let call = async {
             match self.target {
                 Target::Model(entry) => {
-                    call(self.state, entry, inputs, items, slo_asked, edge).await
+                    let tally = self.tally.clone();
+                    submit::call(self.state, entry, inputs, items, slo_asked, edge, tally).await
                 }
                 Target::Pipeline { served, .. } => {
                     super::pipelines::call(self.state, served, inputs, items, slo_asked, edge).await
@@ -416,6 +374,10 @@ impl<'a> Front<'a> {
                 .await
                 .unwrap_or_else(|| Err(self.overran()))
         };
+        // This is the answer the client gets (an encoding that fails is its error): the
+        // front end counts it (here for a success, `Metrics::api_error` for an error),
+        // not the controller's outcome, which may differ (`overran`).
+        self.tally.by_front();
         let answer = answer.inspect_err(|error| {
             if error.kind().is_refusal() {
                 self.trace("refused after decoding", error.kind().as_str(), submitted);
@@ -426,12 +388,16 @@ impl<'a> Front<'a> {
         let (ended, exec) = (answer.ended, answer.exec);
         let response = encode(self.target.spec(), &decoded, answer)?;
         let done = self.took(Phase::Respond, ended);
-        if done > self.arrival.saturating_add(slo) {
+        let late = done > self.arrival.saturating_add(slo);
+        if late {
             self.state.metrics.late_at_edge(&self.key);
             self.trace("late at the edge", "respond", submitted);
         }
         let took = done.saturating_sub(self.arrival);
-        self.state.metrics.delivered(&self.key, took);
+        let outcome = if late { Outcome::Late } else { Outcome::Ok };
+        self.state
+            .metrics
+            .delivered(&self.key, took, outcome, items);
         Ok(Delivered {
             response,
             took,
@@ -442,40 +408,11 @@ impl<'a> Front<'a> {
 
 impl Drop for Front<'_> {
     /// A request that never reached the controller (refused at reading or decoding, or
-    /// its client gone) is no longer ahead of anyone.
+    /// its client gone) is no longer ahead of anyone; one the controller has and whose
+    /// client left before its answer is counted by the controller's outcome.
     fn drop(&mut self) {
         self.release();
-    }
-}
-
-/// Counts a request as pending while it waits for the controller; a guard, because a
-/// client that hangs up drops the handler mid-wait.
-struct Waiting<'a> {
-    metrics: &'a Metrics,
-    model: ModelId,
-}
-
-impl<'a> Waiting<'a> {
-    fn new(metrics: &'a Metrics, model: ModelId) -> Self {
-        metrics.pending(model, 1);
-        Self { metrics, model }
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.metrics.pending(self.model, -1);
-    }
-}
-
-/// A model's answer parameters: `emulated`, `late`, `batch_size`, `slo_ms`.
-fn parameters(spec: &ModelSpec, inferred: &Inferred, slo: Option<Nanos>) -> AnswerParameters {
-    AnswerParameters {
-        batch_size: Some(inferred.timing.batch),
-        emulated: inferred.emulated,
-        late: inferred.late,
-        missing: None,
-        slo_ms: slo.unwrap_or(spec.slo) as f64 / 1e6,
+        self.tally.left();
     }
 }
 

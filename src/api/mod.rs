@@ -51,6 +51,7 @@ mod shed;
 mod shm;
 mod soon;
 mod stats;
+mod submit;
 mod target;
 mod trace;
 mod v2;

@@ -97,6 +97,7 @@ impl Sender {
                     slo,
                     edge,
                     root: None,
+                    tally: None,
                     reply,
                 });
                 Box::pin(async move {

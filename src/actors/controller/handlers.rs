@@ -56,6 +56,7 @@ impl Handler<Infer> for Controller {
             slo: infer.slo,
             edge: infer.edge,
             root: infer.root,
+            tally: None,
             reply,
         };
         self.admit(submit, ctx);

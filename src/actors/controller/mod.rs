@@ -28,6 +28,7 @@ use crate::scheduler::ids::IdMap;
 use crate::scheduler::{
     Action, ActionError, ActionKind, Answer, Outcome, Plan, Policy, Request, Verdict,
 };
+use crate::tally::Tally;
 use crate::tensor::{check_inputs, split_items, Tensor};
 use crate::time::{Clock, Nanos};
 
@@ -43,6 +44,8 @@ struct Pending {
     slo: Nanos,
     /// The pipeline root's group it belongs to, if any.
     group: Option<GroupId>,
+    /// Who counts its answer, when its caller may answer otherwise (`tally.rs`).
+    tally: Option<Tally>,
     reply: oneshot::Sender<InferResult>,
 }
 
@@ -234,6 +237,7 @@ impl Controller {
             arrival,
             slo,
             group,
+            tally: infer.tally,
             reply,
         };
         self.pending.insert(id, pending);
@@ -417,6 +421,7 @@ impl Controller {
                 batch,
                 items,
                 ran,
+                tally: pending.tally,
             })
         });
         // The caller may have gone away; the request is answered all the same.

@@ -44,6 +44,7 @@ fn answered(request: u64, at: Nanos, outcome: Outcome) -> Event {
         batch: None,
         items: 1,
         ran: None,
+        tally: None,
     })
 }
 

@@ -8,10 +8,11 @@
 //! write to the runtime's waker and the switch to the woken thread on the front end's
 //! core; docs/EXPERIMENTS.md, "The metrics fold their events in ticks").
 //!
-//! The request path adds only what no event carries: requests pending at the API, errors
-//! found before the controller admitted a request, each request's queue and compute time
-//! (its answer carries them; the events do not), the front end's own time and each
-//! success's latency from its arrival at the edge to its answer encoded.
+//! The request path adds only what no event carries: requests pending at the API, the
+//! answers it gives (by what its client got, which may differ from the controller's
+//! outcome: a request refused `overran` at its deadline still finishes at the controller;
+//! `tally.rs` says who counts each answer, so that it is counted once), the front end's own
+//! time and each success's latency from its arrival at the edge to its answer encoded.
 //!
 //! Triton's names where they fit (`nv_inference_*`, label `model`), this runtime's own as
 //! `clockwork_*`. Label values are model and pipeline names, device numbers and fixed
@@ -44,6 +45,7 @@ use super::ApiState;
 use crate::events::{Event, RequestAnswered};
 use crate::model::{ModelId, ModelSpec};
 use crate::outcome::Outcome;
+use crate::tally::{Counter, Tally};
 use crate::time::Nanos;
 use devices::DeviceMetrics;
 pub use model::Totals;
@@ -66,6 +68,10 @@ pub struct Metrics {
     /// The events not folded in yet ([`Metrics::catch_up`]); `None` before [`collect`]
     /// gives it the runtime's, and after the runtime closed its bus.
     events: Mutex<Option<broadcast::Receiver<Event>>>,
+    /// Answers the controller published before the front end decided who counts them
+    /// (`tally.rs`): counted, or dropped as the front end's, at a later fold. At most the
+    /// requests in flight at the front end: each is decided when its handler ends.
+    held: Mutex<Vec<RequestAnswered>>,
 }
 
 /// How often the events are folded in while nobody reads the metrics: 100 times a second,
@@ -80,6 +86,20 @@ fn counter(
     labels: &[&str],
 ) -> prometheus::Result<IntCounterVec> {
     registered(registry, IntCounterVec::new(Opts::new(name, help), labels)?)
+}
+
+/// The controller's answer counted by its outcome (its front end did not answer it).
+fn count(m: &PerModel, event: &RequestAnswered) {
+    m.answered(event.outcome, event.items);
+    if event.outcome.is_success() {
+        let duration = event.answered.saturating_sub(event.arrival);
+        m.request_us.inc_by(duration / 1000);
+    }
+}
+
+/// `mutex` locked, whether or not a holder panicked (the counts stay usable).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Registers `collector` with `registry` and hands it back.
@@ -124,6 +144,7 @@ impl Metrics {
             models: RwLock::new(per_model),
             registry: r,
             events: Mutex::new(None),
+            held: Mutex::default(),
         })
     }
 
@@ -182,18 +203,14 @@ impl Metrics {
         }
     }
 
-    /// An error answer; a known model's answer is counted here unless the controller
-    /// decided it (then its event counts it).
+    /// An error answer, counted by its model when it is known: the answer its client got,
+    /// whoever decided it (the controller's event for the request is not counted then,
+    /// `tally.rs`).
     pub fn api_error(&self, error: &ApiError, model: Option<ModelId>) {
         let kind = error.kind();
         self.api_errors.with_label_values(&[kind.as_str()]).inc();
-        // The controller publishes the answers it decided; the front end's own refusals
-        // share their outcome but never reached it.
-        let published = kind.after_admission() && !matches!(error, ApiError::Early { .. });
         if let Some(m) = model.and_then(|id| self.model(id)) {
-            if !published {
-                m.answered(kind, 1);
-            }
+            m.answered(kind, 1);
         }
     }
 
@@ -241,12 +258,16 @@ impl Metrics {
         });
     }
 
-    /// A success of a model's request, its answer encoded `took` after its arrival at the
-    /// edge. A pipeline's roots have their own latency (`clockwork_pipeline_latency_seconds`).
-    pub fn delivered(&self, key: &FrontKey, took: Nanos) {
+    /// A success of a model's request of `items` items, its answer encoded `took` after
+    /// its arrival at the edge: counted by `outcome` (`ok`, or `late` past its objective),
+    /// as the client gets it. A pipeline's roots have their own series
+    /// (`clockwork_pipeline_*`).
+    pub fn delivered(&self, key: &FrontKey, took: Nanos, outcome: Outcome, items: u32) {
         self.front_series(key, |_, model| {
             if let Some(m) = model {
                 m.latency.observe(seconds(took));
+                m.answered(outcome, items);
+                m.request_us.inc_by(took / 1000);
             }
         });
     }
@@ -262,20 +283,49 @@ impl Metrics {
         let Some(m) = self.model(event.model) else {
             return;
         };
-        m.answered(event.outcome, event.items);
-        if event.outcome.is_success() {
-            let duration = event.answered.saturating_sub(event.arrival);
-            m.request_us.inc_by(duration / 1000);
-        }
+        // The device's work counts whoever answers the client.
         if let Some(ran) = event.ran {
             m.ran(ran.begin.saturating_sub(event.arrival), ran.duration);
         }
+        match event
+            .tally
+            .as_ref()
+            .map_or(Counter::Controller, Tally::counter)
+        {
+            Counter::Controller => count(&m, event),
+            Counter::Front => {}
+            Counter::Undecided => lock(&self.held).push(event.clone()),
+        }
     }
 
-    /// Folds in every event published so far: a reader that calls it first sees every
-    /// event published before it read. Answers false once the runtime's bus is closed
-    /// (or before `collect` gave it one).
+    /// Counts the held answers whose front end has let its request go, and drops those it
+    /// counted itself.
+    fn settle_held(&self) {
+        let mut held = lock(&self.held);
+        held.retain(|event| match event.tally.as_ref().map(Tally::counter) {
+            Some(Counter::Undecided) => true,
+            Some(Counter::Front) => false,
+            None | Some(Counter::Controller) => {
+                if let Some(m) = self.model(event.model) {
+                    count(&m, event);
+                }
+                false
+            }
+        });
+    }
+
+    /// Folds in every event published so far, and settles the answers held for their
+    /// front end: a reader that calls it first sees every event published before it
+    /// read. Answers false once the runtime's bus is closed (or before `collect` gave it
+    /// one).
     pub fn catch_up(&self) -> bool {
+        let open = self.fold_events();
+        self.settle_held();
+        open
+    }
+
+    /// Folds in every event published so far (see [`Metrics::catch_up`]).
+    fn fold_events(&self) -> bool {
         let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(receiver) = events.as_mut() else {
             return false;
