@@ -101,6 +101,10 @@ pub struct PipelineAnswered {
     pub outcome: Outcome,
     /// Rows left out of a partial answer.
     pub missing: usize,
+    /// Who counts the answer in the metrics, when the front end may have answered
+    /// otherwise (`tally.rs`); `None`: this event.
+    #[serde(skip)]
+    pub tally: Option<Tally>,
 }
 
 /// A pipeline stage's sub-request got its answer.

@@ -402,9 +402,20 @@ async fn one_slow_decoding_does_not_refuse_the_requests_after_it() {
     padded.resize(24 << 20, b' ');
     padded.extend_from_slice(&slow);
     const DECODING: [&str; 2] = ["clockwork_front_seconds_sum", "phase=\"decode\""];
-    let before = metric(&server, &DECODING).await;
-    let (status, _, _) = server.post_raw(SLOW, &[], padded).await;
-    let outlier = metric(&server, &DECODING).await - before;
+    // The padded body must be decoded for the test to test anything. With the other tests
+    // of this file on the same cores, the edge may refuse it before reading (503: the
+    // worker behind; seen in release runs of the whole file): it is sent again then, at
+    // most a few times.
+    let (mut outlier, mut status) = (0.0, 0);
+    for _ in 0..5 {
+        let before = metric(&server, &DECODING).await;
+        status = server.post_raw(SLOW, &[], padded.clone()).await.0;
+        outlier = metric(&server, &DECODING).await - before;
+        if outlier > objective as f64 / 1e9 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     assert!(
         outlier > objective as f64 / 1e9,
         "the padded body decoded in {outlier} s (answered {status}): it must take longer \

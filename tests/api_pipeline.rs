@@ -329,6 +329,10 @@ async fn a_pipeline_request_takes_the_edge_path() {
         "clockwork_edge_refusals{model=\"cascade\",stage=\"reading\"} 1",
         "clockwork_front_seconds_count{model=\"cascade\",phase=\"decode\"} 1",
         "clockwork_front_seconds_count{model=\"cascade\",phase=\"respond\"} 1",
+        // Each root counted once, by the answer its client got, the one its actor never
+        // saw too.
+        "clockwork_pipeline_requests{outcome=\"ok\",pipeline=\"cascade\"} 1",
+        "clockwork_pipeline_requests{outcome=\"deadline_unreachable\",pipeline=\"cascade\"} 1",
     ] {
         assert!(text.contains(wanted), "{wanted} not in\n{text}");
     }

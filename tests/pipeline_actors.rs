@@ -132,6 +132,7 @@ fn serve(slo: &str, roots: u64) -> (Vec<clockwork::actors::pipeline::PipelineRes
                 inputs: vec![image],
                 slo: None,
                 edge: None,
+                tally: None,
                 reply,
             });
             waiting.push(answer);

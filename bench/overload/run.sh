@@ -13,7 +13,8 @@
 # beside the zoo: the load generator sends to it like to every other ready model. Its
 # bodies are what a burst costs the front-end core in bytes rather than in requests.
 # --keep DIR: copies the burst's load-generator report (report.json, report.md: each
-# model's answers and latencies) and the server's log into DIR.
+# model's answers and latencies), the server's log and its /metrics before and after the
+# burst into DIR.
 # --config FILE: the server's configuration instead of config.toml (its `listen` is
 # replaced by a free port), to compare settings with one build.
 # The load generator runs on the server's front-end cores (`front`, the default, read from
@@ -39,7 +40,8 @@
 # Prints: the capacity (a closed-loop run's in-time answers per second), the burst's
 # outcomes with refusal latency p50/p99 and accepted answers' p99, the load generator's
 # server_timing.json (each kind of answer's time at the client, in the server and
-# outside it), the burst's answers per model by outcome and edge stage, each model's
+# outside it), the burst's answers per model by outcome and edge stage, the answers the
+# server counted against those the client read (bench/overload/counts.py), each model's
 # batches over the burst (bench/overload/batches.py: sizes, device seconds, device time an
 # item, from Triton's statistics before and after), readiness during
 # the burst, RSS first/max/last, the CPU the server's threads and the load generator used
@@ -93,6 +95,7 @@ cleanup() {
         mkdir -p "$keep"
         cp -r "$work/burst" "$keep/" 2>/dev/null || true
         cp "$work/log" "$keep/server.log" 2>/dev/null || true
+        cp "$work/metrics_before" "$work/metrics_after" "$keep/" 2>/dev/null || true
     fi
     rm -rf "$work"
 }
@@ -261,6 +264,9 @@ for model in models:
     row = {kind: int(v) for (m, kind), v in sorted(diff.items()) if m == model and v}
     print(f"burst, {model}: {row}")
 PY
+# Each request counted once: the server's counts against the answers the client read.
+[ -f "$work/burst/server_timing.json" ] &&
+    python3 bench/overload/counts.py "$work/metrics_before" "$work/metrics_after" "$work/burst/server_timing.json"
 # The burst's batches per model (Triton's statistics): how the device's time was spent.
 python3 bench/overload/batches.py "$work/stats_before" "$work/stats_after"
 echo "connections accepted during the burst: $(( $(connections) - ${connections_before:-0} ))"

@@ -28,6 +28,7 @@ use crate::pipeline::run::{Answered, Failure, Missing, Run, Step};
 use crate::pipeline::Pipeline;
 use crate::slopt::systems::{DropRule, Tuned};
 use crate::slopt::tuning::Tuning;
+use crate::tally::Tally;
 use crate::tensor::{check_tensors, Tensor};
 use crate::time::{Clock, Nanos};
 
@@ -50,6 +51,9 @@ pub struct RunPipeline {
     pub slo: Option<Nanos>,
     /// Where its time started; `None`: when the pipeline actor takes it.
     pub edge: Option<Edge>,
+    /// Who counts its answer in the metrics, for a caller that may answer its client
+    /// otherwise (the front end; `tally.rs`); `None`: this actor's event.
+    pub tally: Option<Tally>,
     /// Receives the one answer.
     pub reply: oneshot::Sender<PipelineResult>,
 }
@@ -83,6 +87,8 @@ struct InFlight {
     /// The root's number within the pipeline (the seed of its emulated fan-outs).
     number: u64,
     reply: oneshot::Sender<PipelineResult>,
+    /// Handed on in its answer's event.
+    tally: Option<Tally>,
     arrival: Nanos,
     due: Nanos,
     emulated: bool,
@@ -346,6 +352,7 @@ impl PipelineActor {
                 deadline: flight.due,
                 outcome,
                 missing,
+                tally: flight.tally,
             })
         });
     }
@@ -404,6 +411,7 @@ impl Handler<RunPipeline> for PipelineActor {
             run,
             number: self.taken,
             reply: request.reply,
+            tally: request.tally,
             arrival,
             due,
             emulated: false,

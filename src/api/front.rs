@@ -16,7 +16,7 @@ use super::decode::PoolError;
 use super::edge::{self, FrontKey, Outlook, Phase, Stage};
 use super::error::ApiError;
 use super::target::Target;
-use super::{submit, ApiState};
+use super::{pipelines, submit, ApiState};
 use crate::actors::messages::Edge;
 use crate::model::ModelSpec;
 use crate::outcome::Outcome;
@@ -344,14 +344,14 @@ impl<'a> Front<'a> {
         self.release();
         let inputs = std::mem::take(&mut decoded.inputs);
         let (items, slo_asked) = (decoded.batched.items, decoded.slo);
+        let tally = self.tally.clone();
         let call = async {
             match self.target {
                 Target::Model(entry) => {
-                    let tally = self.tally.clone();
                     submit::call(self.state, entry, inputs, items, slo_asked, edge, tally).await
                 }
                 Target::Pipeline { served, .. } => {
-                    super::pipelines::call(self.state, served, inputs, items, slo_asked, edge).await
+                    pipelines::call(self.state, served, inputs, items, slo_asked, edge, tally).await
                 }
             }
         };

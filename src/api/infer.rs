@@ -88,16 +88,16 @@ pub(super) async fn handle(
     let Err(error) = result else {
         return result;
     };
-    // Looked up for errors only: a success is counted by its model already, and the
-    // lookup (a lock and a map) is not free on every request.
-    let known = state.models.find(model, version).ok().map(|e| e.id);
-    state.metrics.api_error(&error, known);
     // An error names the server's time too: under overload a client can then tell a
     // refusal that took microseconds here from the milliseconds it spent outside.
     let took = state
         .clock
         .now()
         .saturating_sub(edge::arrival(request, &state.clock));
+    let whose = Target::key_of(state, model, version);
+    state
+        .metrics
+        .api_error(&error, whose.as_ref().map(|key| (key, took)));
     Ok(with_server_timing(error.error_response(), took, None))
 }
 

@@ -21,6 +21,7 @@ use crate::outcome::Outcome;
 use crate::pipeline::run::Failure;
 use crate::pipeline::{FanOut, Pipeline};
 use crate::scheduler::{ActionError, Refusal};
+use crate::tally::Tally;
 use crate::tensor::Tensor;
 use crate::time::Nanos;
 
@@ -74,6 +75,7 @@ pub(super) async fn call(
     items: u32,
     slo: Option<Nanos>,
     edge: Edge,
+    tally: Tally,
 ) -> Result<Answer, ApiError> {
     if items > 1 {
         // Fan-out and joins are per root item; a batch of roots is not supported yet.
@@ -87,6 +89,7 @@ pub(super) async fn call(
         inputs,
         slo,
         edge: Some(edge),
+        tally: Some(tally),
         reply,
     });
     // Through the worker's relay, as a model's answer (`relay.rs`).

@@ -66,6 +66,17 @@ impl Target {
         }
     }
 
+    /// Whose series count an answer to `name` (at `version`): a pipeline's, or a known
+    /// model's; `None` for a name the server does not serve. For errors only: a lookup
+    /// the requests that found their target do not pay.
+    pub(super) fn key_of(state: &ApiState, name: &str, version: Option<&str>) -> Option<FrontKey> {
+        if let Some(served) = state.pipelines.get(name) {
+            return Some(FrontKey::Pipeline(served.pipeline.name.as_str().into()));
+        }
+        let entry = state.models.find(name, version).ok()?;
+        Some(FrontKey::Model(entry.id))
+    }
+
     /// Whose admission view judges it before reading.
     pub(super) fn view(&self) -> Option<ModelId> {
         match self {

@@ -115,6 +115,7 @@ impl Sender {
                     inputs: self.inputs.to_vec(),
                     slo,
                     edge,
+                    tally: None,
                     reply,
                 });
                 Box::pin(async move {

@@ -39,8 +39,11 @@ pub async fn serve(
     let version = Some(request.model_version.clone()).filter(|v| !v.is_empty());
     let result = run(state, arrival, &name, version.as_deref(), request).await;
     if let Err(error) = &result {
-        let known = state.models.find(&name, version.as_deref()).ok();
-        state.metrics.api_error(error, known.map(|e| e.id));
+        let took = state.clock.now().saturating_sub(arrival);
+        let whose = Target::key_of(state, &name, version.as_deref());
+        state
+            .metrics
+            .api_error(error, whose.as_ref().map(|key| (key, took)));
     }
     result
 }

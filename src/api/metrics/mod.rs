@@ -45,7 +45,7 @@ use super::ApiState;
 use crate::events::{Event, RequestAnswered};
 use crate::model::{ModelId, ModelSpec};
 use crate::outcome::Outcome;
-use crate::tally::{Counter, Tally};
+use crate::tally::Held;
 use crate::time::Nanos;
 use devices::DeviceMetrics;
 pub use model::Totals;
@@ -71,7 +71,7 @@ pub struct Metrics {
     /// Answers the controller published before the front end decided who counts them
     /// (`tally.rs`): counted, or dropped as the front end's, at a later fold. At most the
     /// requests in flight at the front end: each is decided when its handler ends.
-    held: Mutex<Vec<RequestAnswered>>,
+    held: Held<RequestAnswered>,
 }
 
 /// How often the events are folded in while nobody reads the metrics: 100 times a second,
@@ -95,11 +95,6 @@ fn count(m: &PerModel, event: &RequestAnswered) {
         let duration = event.answered.saturating_sub(event.arrival);
         m.request_us.inc_by(duration / 1000);
     }
-}
-
-/// `mutex` locked, whether or not a holder panicked (the counts stay usable).
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Registers `collector` with `registry` and hands it back.
@@ -144,7 +139,7 @@ impl Metrics {
             models: RwLock::new(per_model),
             registry: r,
             events: Mutex::new(None),
-            held: Mutex::default(),
+            held: Held::default(),
         })
     }
 
@@ -203,14 +198,21 @@ impl Metrics {
         }
     }
 
-    /// An error answer, counted by its model when it is known: the answer its client got,
-    /// whoever decided it (the controller's event for the request is not counted then,
+    /// An error answer; `whose`: the model or pipeline it was for, when known, and how long
+    /// after its arrival it was answered. Counted there as the answer its client got,
+    /// whoever decided it (the published event for the request is not counted then,
     /// `tally.rs`).
-    pub fn api_error(&self, error: &ApiError, model: Option<ModelId>) {
+    pub fn api_error(&self, error: &ApiError, whose: Option<(&FrontKey, Nanos)>) {
         let kind = error.kind();
         self.api_errors.with_label_values(&[kind.as_str()]).inc();
-        if let Some(m) = model.and_then(|id| self.model(id)) {
-            m.answered(kind, 1);
+        match whose {
+            Some((FrontKey::Model(id), _)) => {
+                if let Some(m) = self.model(*id) {
+                    m.answered(kind, 1);
+                }
+            }
+            Some((FrontKey::Pipeline(name), took)) => self.pipelines.counted(name, kind, took),
+            None => {}
         }
     }
 
@@ -258,18 +260,21 @@ impl Metrics {
         });
     }
 
-    /// A success of a model's request of `items` items, its answer encoded `took` after
-    /// its arrival at the edge: counted by `outcome` (`ok`, or `late` past its objective),
-    /// as the client gets it. A pipeline's roots have their own series
-    /// (`clockwork_pipeline_*`).
+    /// A success of a request of `items` items to a model or a pipeline, its answer
+    /// encoded `took` after its arrival at the edge: counted by `outcome` (`ok`, or `late`
+    /// past its objective), as the client gets it, in the model's series or the
+    /// pipeline's (`clockwork_pipeline_*`).
     pub fn delivered(&self, key: &FrontKey, took: Nanos, outcome: Outcome, items: u32) {
-        self.front_series(key, |_, model| {
-            if let Some(m) = model {
-                m.latency.observe(seconds(took));
-                m.answered(outcome, items);
-                m.request_us.inc_by(took / 1000);
+        match key {
+            FrontKey::Model(id) => {
+                if let Some(m) = self.model(*id) {
+                    m.latency.observe(seconds(took));
+                    m.answered(outcome, items);
+                    m.request_us.inc_by(took / 1000);
+                }
             }
-        });
+            FrontKey::Pipeline(name) => self.pipelines.counted(name, outcome, took),
+        }
     }
 
     /// An answer that left after its deadline counted from the edge.
@@ -287,31 +292,19 @@ impl Metrics {
         if let Some(ran) = event.ran {
             m.ran(ran.begin.saturating_sub(event.arrival), ran.duration);
         }
-        match event
-            .tally
-            .as_ref()
-            .map_or(Counter::Controller, Tally::counter)
-        {
-            Counter::Controller => count(&m, event),
-            Counter::Front => {}
-            Counter::Undecided => lock(&self.held).push(event.clone()),
+        if self.held.counts_now(event.tally.as_ref(), || event.clone()) {
+            count(&m, event);
         }
     }
 
-    /// Counts the held answers whose front end has let its request go, and drops those it
-    /// counted itself.
+    /// Counts the held answers whose front end has let its request go (`tally.rs`).
     fn settle_held(&self) {
-        let mut held = lock(&self.held);
-        held.retain(|event| match event.tally.as_ref().map(Tally::counter) {
-            Some(Counter::Undecided) => true,
-            Some(Counter::Front) => false,
-            None | Some(Counter::Controller) => {
-                if let Some(m) = self.model(event.model) {
-                    count(&m, event);
-                }
-                false
+        for event in self.held.settle() {
+            if let Some(m) = self.model(event.model) {
+                count(&m, &event);
             }
-        });
+        }
+        self.pipelines.settle_held();
     }
 
     /// Folds in every event published so far, and settles the answers held for their

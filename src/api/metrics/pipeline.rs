@@ -1,5 +1,6 @@
 //! The metrics of pipelines, from the pipeline actors' events: per pipeline, root
-//! requests by outcome and their end-to-end latency; per stage, its sub-requests by
+//! requests by outcome and their end-to-end latency (a root the front end answered, by the
+//! answer it gave: `tally.rs`); per stage, its sub-requests by
 //! outcome and latency, and how many requests one upstream result became (the fan-out).
 //! Latencies use the models' buckets ([`latency_buckets`]), so one panel reads both alike.
 
@@ -10,6 +11,9 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
 use super::model::latency_buckets;
 use crate::events::{FanOut, PipelineAnswered, StageAnswered};
+use crate::outcome::Outcome;
+use crate::tally::Held;
+use crate::time::Nanos;
 
 /// The pipeline families of the server's registry.
 pub(super) struct PipelineMetrics {
@@ -28,6 +32,8 @@ pub(super) struct PipelineMetrics {
     /// Root requests answered by pipeline, (successes, other answers): what Triton's
     /// statistics extension reports for a pipeline (read back without a scrape).
     roots: Mutex<HashMap<String, (u64, u64)>>,
+    /// Roots' answers published before their front end decided who counts them.
+    held: Held<PipelineAnswered>,
 }
 
 impl PipelineMetrics {
@@ -85,27 +91,44 @@ impl PipelineMetrics {
             stage_latency,
             fan_out,
             roots: Mutex::default(),
+            held: Held::default(),
         })
     }
 
-    /// A root's answer: counted by outcome, its latency observed.
+    /// A root's answer as its actor published it: counted by outcome with its latency,
+    /// unless its front end counts the answer it gave (`tally.rs`).
     pub fn answered(&self, e: &PipelineAnswered) {
+        if self.held.counts_now(e.tally.as_ref(), || e.clone()) {
+            let took = e.answered.saturating_sub(e.arrival);
+            self.counted(&e.pipeline, e.outcome, took);
+        }
+    }
+
+    /// Counts the held answers whose front end has let its root go.
+    pub fn settle_held(&self) {
+        for e in self.held.settle() {
+            let took = e.answered.saturating_sub(e.arrival);
+            self.counted(&e.pipeline, e.outcome, took);
+        }
+    }
+
+    /// A root of `pipeline` answered `outcome`, `took` after its arrival: counted by
+    /// outcome, its latency observed.
+    pub fn counted(&self, pipeline: &str, outcome: Outcome, took: Nanos) {
         let mut roots = self.roots.lock().unwrap_or_else(|e| e.into_inner());
-        let counts = roots.entry(e.pipeline.to_string()).or_default();
-        if e.outcome.is_success() {
+        let counts = roots.entry(pipeline.to_owned()).or_default();
+        if outcome.is_success() {
             counts.0 += 1;
         } else {
             counts.1 += 1;
         }
         drop(roots);
-        let outcome = e.outcome.as_str();
         self.requests
-            .with_label_values(&[&*e.pipeline, outcome])
+            .with_label_values(&[pipeline, outcome.as_str()])
             .inc();
-        let seconds = e.answered.saturating_sub(e.arrival) as f64 / 1e9;
         self.latency
-            .with_label_values(&[&*e.pipeline])
-            .observe(seconds);
+            .with_label_values(&[pipeline])
+            .observe(took as f64 / 1e9);
     }
 
     /// A pipeline's root requests answered so far: (successes, other answers).
