@@ -1,13 +1,13 @@
 //! Who counts a request's answer in the metrics: exactly one of the front end, by the answer
-//! its client got, and the controller, by the outcome it published.
+//! its client got, and the actor that answered it (the controller, or a pipeline's actor
+//! for a root), by the outcome it published.
 //!
 //! Why both can: the front end may answer otherwise than the controller. It refuses a
 //! request `overran` at its deadline when the controller's answer has not come (its batch
 //! ran longer than planned); the controller finishes it later, late or in time by its own
 //! reckoning, and publishes that. Counted by both, such a request was two answers in
-//! `clockwork_requests`, one of them a `late` that no client was ever sent.
-//!
-//! The same holds of a pipeline's root and its actor.
+//! `clockwork_requests`, one of them a `late` that no client was ever sent. A pipeline's
+//! root and its actor are the same.
 //!
 //! So a request the front end hands on carries a [`Tally`]. The front end marks it once it
 //! has the answer it will give ([`Tally::by_front`]) and counts that answer itself; if it
@@ -109,21 +109,15 @@ impl<E> Held<E> {
     }
 
     /// The kept events whose front end has since let its request go, to be counted now;
-    /// those it counted itself are dropped, the undecided kept.
+    /// those it counted itself are dropped, the undecided kept. (A decision is final, so
+    /// reading it twice reads the same.)
     pub fn settle(&self) -> Vec<E> {
         let mut events = self.lock();
-        if events.is_empty() {
-            return Vec::new();
-        }
-        let mut count = Vec::new();
-        for (tally, event) in std::mem::take(&mut *events) {
-            match tally.counter() {
-                Counter::Undecided => events.push((tally, event)),
-                Counter::Front => {}
-                Counter::Event => count.push(event),
-            }
-        }
-        count
+        let decided = events.extract_if(.., |(tally, _)| tally.counter() != Counter::Undecided);
+        decided
+            .filter(|(tally, _)| tally.counter() == Counter::Event)
+            .map(|(_, event)| event)
+            .collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Tally, E)>> {

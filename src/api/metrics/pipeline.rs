@@ -1,7 +1,7 @@
 //! The metrics of pipelines, from the pipeline actors' events: per pipeline, root
 //! requests by outcome and their end-to-end latency (a root the front end answered, by the
-//! answer it gave: `tally.rs`); per stage, its sub-requests by
-//! outcome and latency, and how many requests one upstream result became (the fan-out).
+//! answer it gave: `tally.rs`); per stage, its sub-requests by outcome and latency, and how
+//! many requests one upstream result became (the fan-out).
 //! Latencies use the models' buckets ([`latency_buckets`]), so one panel reads both alike.
 
 use std::collections::HashMap;
