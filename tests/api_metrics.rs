@@ -324,8 +324,10 @@ async fn a_request_whose_client_left_is_counted_by_the_controllers_outcome() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(warm, "the model never became servable");
+    let ok = r#"clockwork_requests{model="slow",outcome="ok"}"#;
     let (_, text) = server.get("/metrics").await;
-    let before = answers_of_slow(&String::from_utf8(text).expect("text"));
+    let text = String::from_utf8(text).expect("text");
+    let (before, ok_before) = (answers_of_slow(&text), value(&text, ok).unwrap_or(0.0));
     let mut client = grpc_support::grpc(&server.state).await;
     let mut request = grpc_support::mlp(&[1.0; 64], true);
     request.model_name = "slow".into();
@@ -338,7 +340,6 @@ async fn a_request_whose_client_left_is_counted_by_the_controllers_outcome() {
     let (_, text) = server.get("/metrics").await;
     let text = String::from_utf8(text).expect("text");
     assert_eq!(answers_of_slow(&text), before + 1.0, "{counted}\n{text}");
-    let ok = r#"clockwork_requests{model="slow",outcome="ok"}"#;
-    assert_eq!(value(&text, ok), Some(before + 1.0), "{text}");
+    assert_eq!(value(&text, ok), Some(ok_before + 1.0), "{text}");
     server.stop().await;
 }
