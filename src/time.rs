@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+mod precise;
+
 /// Nanoseconds since the epoch of the [`Clock`] that produced them.
 pub type Nanos = u64;
 
@@ -85,9 +87,10 @@ impl Clock {
     /// Sleeps until the timestamp `at`.
     ///
     /// In real time tokio's timers fire on whole milliseconds, which would stretch an
-    /// emulated 0.12 ms execution to 1 ms: the clock sleeps the bulk on a timer and yields
-    /// through the last millisecond, so it wakes within microseconds of `at` (and never
-    /// before). A virtual clock needs none of that.
+    /// emulated 0.12 ms execution to 1 ms: the clock sleeps the bulk on a tokio timer and
+    /// the last millisecond on the process's timer thread (`time/precise.rs`), so it wakes a
+    /// thread's wake-up after `at` (never before) and leaves the core to others while it
+    /// waits. A virtual clock needs none of that.
     pub async fn sleep_until(&self, at: Nanos) {
         if self.scale != 1 {
             tokio::time::sleep_until(self.instant(at)).await;
@@ -97,8 +100,8 @@ impl Clock {
         if coarse > self.now() {
             tokio::time::sleep_until(self.instant(coarse)).await;
         }
-        while self.now() < at {
-            tokio::task::yield_now().await;
+        if self.now() < at {
+            precise::until(self.instant(at).into_std()).await;
         }
     }
 }
