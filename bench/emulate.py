@@ -4,9 +4,10 @@ models on one `sim` device that runs each at the times its profile measured, so 
 experiment can free the cores a real device would hold (bench/edge/emulated.sh,
 bench/overload/emulated.sh). The emulated device's timers wait for the server's core like
 everything on it: past what that core can do (the zoo's burst at 80,000 requests/s) its
-runs fall far behind, and the emulation says nothing; at 20,000/s its executor took 6 of
-the core's 20 CPU s with the booking horizon on (docs/EXPERIMENTS.md, "A model of long
-objectives books the device").
+runs fall far behind, and the emulation says nothing. At 20,000/s its executor took 6 to 7
+of the core's 20 CPU s while an emulated run yielded in a loop through its last
+millisecond; since those sleep on the process's timer thread, 2.2 s and 0.3-0.4 s of the
+timer thread (docs/EXPERIMENTS.md, "Emulated devices that sleep").
 
     bench/emulate.py repository REPO KIND   # every model of REPO: its KIND profile, sim-served
     bench/emulate.py config FILE REPO       # FILE's configuration on REPO with one sim device
