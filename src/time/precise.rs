@@ -4,13 +4,13 @@
 //! tens of microseconds, so [`Clock::sleep_until`](super::Clock::sleep_until) sleeps the
 //! bulk of a wait on a tokio timer and hands the last millisecond here. It used to yield
 //! in a loop through that millisecond instead, which kept the thread runnable for the
-//! whole of every emulated run: under the overload bench's burst an emulated device on the
-//! server's core took 7 of that core's 20 CPU seconds, a third of what the HTTP worker
-//! needed (docs/EXPERIMENTS.md, "Emulated devices that sleep").
+//! whole of every emulated run: under the emulated overload bench's 10x burst the device's
+//! executor, on the server's core, took 7 of that core's 20 CPU seconds, more than half of
+//! what the HTTP worker got (docs/EXPERIMENTS.md, "Emulated devices that sleep").
 //!
 //! One thread per process keeps the waiting instants in a heap and sleeps until the
 //! earliest on the kernel's high-resolution timer (a futex wait), its timer slack lowered
-//! to a microsecond where the system allows it, then wakes each waiter whose instant has
+//! to a nanosecond where the system allows it (Linux), then wakes each waiter whose instant has
 //! passed: never before its instant, a thread's wake-up later. No crate here did this
 //! without bringing an I/O reactor of its own; a `timerfd` on each caller's runtime would
 //! need that runtime's I/O driver, which the virtual systems leave out.
