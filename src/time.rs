@@ -100,9 +100,7 @@ impl Clock {
         if coarse > self.now() {
             tokio::time::sleep_until(self.instant(coarse)).await;
         }
-        if self.now() < at {
-            precise::until(self.instant(at).into_std()).await;
-        }
+        precise::until(self.instant(at).into_std()).await;
     }
 }
 

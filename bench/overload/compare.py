@@ -8,7 +8,8 @@ Rows: the capacity it measured; the burst's answers in time, late at the client 
 them those the server itself sent after the deadline from the edge), refused
 (and of them `timed_out` and `overran`, the refusals that waited); the answers' time inside
 the server (Server-Timing) at p50 and p99; refusal latency p50 and
-p99 at the client, and the p99 of a `deadline_unreachable` refusal inside the server (all,
+p99 at the client, a `deadline_unreachable` refusal's p50 and p99 at the client and its p99
+inside the server (all,
 and by model where the load generator split them, with each model's `overran` refusals'
 time in the server); the
 CPU seconds of the devices' threads and of the rest over the burst (and the rest by
@@ -105,6 +106,11 @@ def column(path):
         "of them timed_out / overran":
             f"{refused_by.get('timed_out', 0)} / {refused_by.get('overran', 0)}",
         "refusal p50 / p99 ms (client)": f"{burst['refusal_p50_ms']} / {burst['refusal_p99_ms']}",
+        # Refusals at arrival alone, at the client: the report's refusal percentiles also
+        # hold those refused after waiting.
+        "deadline_unreachable p50 / p99 ms (client)":
+            f"{unreachable.get('client_ms', {}).get('p50', '-')} / "
+            f"{unreachable.get('client_ms', {}).get('p99', '-')}",
         "deadline_unreachable p99 ms (server)": unreachable.get("server_ms", {}).get("p99", "-"),
         # By model, where the load generator split them (since the thirty-seventh session).
         "of it by model": by_model(timing, "deadline_unreachable", ("p99",)),

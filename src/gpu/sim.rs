@@ -203,8 +203,9 @@ pub fn emulate(spec: &ModelSpec, inputs: &[Tensor]) -> Vec<Tensor> {
     for tensor in inputs {
         // At most SAMPLED words spread over the tensor: cheap for a 600 KB image. A word
         // at a time, not a byte: the emulated device's executor shares the server's core
-        // in the emulated benches, where hashing bytes was 6% of that core's samples
-        // under the burst (docs/EXPERIMENTS.md, "Emulated devices that sleep").
+        // in the emulated benches, where this hashing and the outputs' below were 6% of
+        // that core's samples under the burst (docs/EXPERIMENTS.md, "The emulated
+        // answers' hash, a word at a time").
         let words = tensor.data.chunks(8);
         let stride = words.len().div_ceil(SAMPLED).max(1);
         for word in words.step_by(stride) {
@@ -225,8 +226,7 @@ pub fn emulate(spec: &ModelSpec, inputs: &[Tensor]) -> Vec<Tensor> {
             let bytes = count * out.datatype.size().unwrap_or(0);
             let mut data = Vec::with_capacity(bytes);
             // A block of distinct values, repeated past it: the zoo detector's crops are
-            // 6,912 values an item, and hashing each one cost its emulated executor more
-            // than the rest of the run.
+            // 6,912 values an item, each hashed on its own before.
             for i in 0..count.min(DISTINCT) as u64 {
                 push_value(&mut data, out.datatype, mix(seed ^ i));
             }
@@ -309,7 +309,7 @@ mod tests {
             shape: vec![9, 3, 16, 16],
         }];
         let input = Tensor::from_f32("data", vec![4], &[0.1, 0.2, 0.3, 0.4]);
-        let out = emulate(&spec, std::slice::from_ref(&input));
+        let out = emulate(&spec, &[input]);
         assert_eq!(out[0].data.len(), 6_912 * 4, "every value of the shape");
         let block = DISTINCT * 4;
         assert_eq!(out[0].data[..block], out[0].data[block..2 * block]);

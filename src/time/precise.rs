@@ -10,10 +10,10 @@
 //!
 //! One thread per process keeps the waiting instants in a heap and sleeps until the
 //! earliest on the kernel's high-resolution timer (a futex wait), its timer slack lowered
-//! to a nanosecond where the system allows it (Linux), then wakes each waiter whose instant has
-//! passed: never before its instant, a thread's wake-up later. No crate here did this
-//! without bringing an I/O reactor of its own; a `timerfd` on each caller's runtime would
-//! need that runtime's I/O driver, which the virtual systems leave out.
+//! to a nanosecond where the system allows it (Linux), then wakes each waiter whose
+//! instant has passed: never before its instant, a thread's wake-up later. No crate here
+//! did this without bringing an I/O reactor of its own; a `timerfd` on each caller's
+//! runtime would need that runtime's I/O driver, which the virtual systems leave out.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -253,8 +253,8 @@ mod tests {
         runtime.block_on(async {
             let start = Instant::now();
             let sleeps = (0..64u64).map(|i| {
-                // Instants out of order, some equal, some already past.
-                let at = start + Duration::from_micros((i * 7919) % 1500);
+                // Instants out of order, in equal pairs, the first pair already past.
+                let at = start + Duration::from_micros((i / 2 * 7919) % 1500);
                 async move {
                     until(at).await;
                     assert!(Instant::now() >= at, "sleep {i} woke before its instant");
