@@ -91,6 +91,23 @@ impl RateMeter {
         let span = (now - oldest * BUCKET).max(WINDOW - BUCKET);
         self.count(now) as f64 * 1e9 / span as f64
     }
+
+    /// Mean arrivals per second over the last `buckets` buckets that end at `now` (at most
+    /// the window's), spanned as in [`Self::per_second`]: a rate that sees the onset of a
+    /// burst within a few buckets, where the window's mean takes most of the window.
+    pub fn recent_per_second(&self, now: Nanos, buckets: usize) -> f64 {
+        let buckets = buckets.clamp(1, BUCKETS) as u64;
+        let current = now / BUCKET;
+        let first = current.saturating_sub(buckets - 1);
+        // Buckets newer than the newest written are empty; those older than the ring holds
+        // have left it.
+        let held = self.newest.saturating_sub(BUCKETS as u64 - 1);
+        let count: u64 = (first.max(held)..=current.min(self.newest))
+            .map(|b| u64::from(self.counts[(b % BUCKETS as u64) as usize]))
+            .sum();
+        let span = (now - first * BUCKET).max((buckets - 1) * BUCKET).max(1);
+        count as f64 * 1e9 / span as f64
+    }
 }
 
 #[cfg(test)]
@@ -134,6 +151,57 @@ mod tests {
         // A gap inside the window keeps what is still in it.
         meter.record(later + 4 * BUCKET);
         assert_eq!(meter.count(later + 4 * BUCKET), 2);
+    }
+
+    #[test]
+    fn the_recent_rate_sees_a_burst_that_the_window_mean_lags() {
+        let mut meter = RateMeter::default();
+        // 100 per second for 3 s, then 1,000 per second for 0.4 s.
+        let mut t = 0;
+        while t < 3_000 * MS {
+            meter.record(t);
+            t += 10 * MS;
+        }
+        while t < 3_400 * MS {
+            meter.record(t);
+            t += MS;
+        }
+        let recent = meter.recent_per_second(t, 4);
+        assert!((recent - 1_000.0).abs() <= 30.0, "{recent}");
+        let window = meter.per_second(t);
+        assert!(window < 400.0, "{window}");
+        // Once arrivals stop, the recent rate falls to nothing within its buckets.
+        assert_eq!(meter.recent_per_second(t + 4 * BUCKET, 4), 0.0);
+    }
+
+    /// The recent rate is the recount of the arrivals in its buckets over their span, for
+    /// arrivals with gaps from a fraction of a bucket to more than the whole window.
+    #[test]
+    fn the_recent_rate_equals_a_recount() {
+        let mut meter = RateMeter::default();
+        let mut arrivals: Vec<Nanos> = Vec::new();
+        let (mut t, mut x) = (0, 54_321u64);
+        for _ in 0..3_000 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            t += (x >> 33) % (3 * WINDOW / 2) / 40 + (x >> 60) * BUCKET / 2;
+            meter.record(t);
+            arrivals.push(t);
+            for (probe, buckets) in [(t, 1), (t + BUCKET / 3, 4), (t + 3 * BUCKET, 4), (t, 30)] {
+                let b = buckets.min(BUCKETS) as u64;
+                let first = (probe / BUCKET).saturating_sub(b - 1) * BUCKET;
+                let recount = arrivals
+                    .iter()
+                    .filter(|&&a| a >= first && a <= probe)
+                    .count();
+                let span = (probe - first).max((b - 1) * BUCKET).max(1);
+                let expected = recount as f64 * 1e9 / span as f64;
+                let got = meter.recent_per_second(probe, buckets);
+                assert!(
+                    (got - expected).abs() < 1e-6,
+                    "at {probe}: {got} vs {expected}"
+                );
+            }
+        }
     }
 
     /// The running count agrees with counting the arrivals in the window one by one, for
