@@ -244,3 +244,26 @@ fn below_the_device_every_request_is_served_in_time() {
     assert_eq!(report.completed, offered, "{report:?}");
     assert_eq!(report.late, 0, "{report:?}");
 }
+
+/// The onset's figures for docs/EXPERIMENTS.md ("A burst's onset"), per seed: `cargo test
+/// --release --test policy_onset -q -- --ignored --nocapture | grep '^|' |
+/// scripts/doc_table.py docs/EXPERIMENTS.md s41-onset-virtual` (and, built with
+/// `ONSET_SHARE = f64::INFINITY`, the rule before, into `s41-onset-virtual-before`).
+#[test]
+#[ignore]
+fn table_of_the_onset() {
+    println!("| seed | in time, first 1.5 s of the burst | in time, from 2 s into it | refused | of them timed_out |");
+    println!("| --- | --- | --- | --- | --- |");
+    for seed in [7, 8, 9, 10] {
+        let requests = requests(&[(ONSET, 1_000.0), (4_000 * MS, 6_000.0)], seed);
+        let (report, buckets) = run(&shipped(), requests);
+        let onset = (ONSET / BUCKET) as usize;
+        let refused: usize = report.refused.values().sum();
+        println!(
+            "| {seed} | {:.3} | {:.3} | {refused} | {} |",
+            in_time(&buckets[onset..onset + 15]),
+            in_time(&buckets[40..]),
+            report.refused.get("timed_out").copied().unwrap_or(0)
+        );
+    }
+}
