@@ -4,7 +4,7 @@
 //! device. The resnet-like model (3.2 ms an item, 200 ms objectives) alone asks for 1.5
 //! times the device, beside four models of 0.02-0.1 ms an item and 50-100 ms objectives.
 //!
-//! Found from outside first: the emulated server under `clockwork loadgen` served a tenth
+//! Found from outside first: the emulated server under `clockwork loadgen` served a small share
 //! of its requests in time for over a second after each burst began, and every `timed_out`
 //! refusal of a 20 s burst came from its first second. The booking horizon
 //! (`scheduler/clockwork/horizon.rs`) read overload on a two-second mean of the arrivals,

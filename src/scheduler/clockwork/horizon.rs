@@ -94,33 +94,28 @@ impl ClockworkPolicy {
             .iter()
             .map(|d| &self.devices[d.0 as usize])
             .filter_map(|device| {
-                let busy = device
-                    .residents
-                    .keys()
+                let residents = device.residents.keys();
+                let tightest = residents
                     .filter(|&&o| o != model)
                     .take(MAX_OTHERS)
                     .map(|&o| &self.models[o.0 as usize])
-                    .filter(|o| o.flow.objective() > 0 && o.rate.any(now));
-                let (mut tightest, mut asked) = (None::<Nanos>, 0.0);
-                for o in busy {
-                    let objective = o.flow.objective();
-                    tightest = Some(tightest.map_or(objective, |t| t.min(objective)));
-                    asked += o.rate.recent_per_second(now, ONSET) * self.cost_per_item(o, device);
-                }
-                let onset = asked > ONSET_SHARE * SECOND;
+                    .filter(|o| o.flow.objective() > 0 && o.rate.any(now))
+                    .map(|o| o.flow.objective())
+                    .min()?;
                 // Costed only where a busy neighbour could bound the request.
-                let tightest = tightest?;
-                self.overloaded(device, now, onset).then_some(tightest)
+                self.overloaded(device, model, now).then_some(tightest)
             })
             .min()
     }
 
     /// Whether the models resident on `device` were offered, over the rate window that ends
-    /// at `now` (or, with `onset`, over its last [`ONSET`] buckets), more than it can
-    /// serve: each one's arrivals per second at [`Self::cost_per_item`] add up to more
-    /// than a second a second. The first [`MAX_OTHERS`] residents are counted.
-    fn overloaded(&self, device: &DeviceMirror, now: Nanos, onset: bool) -> bool {
-        let (mut window, mut recent) = (0.0, 0.0);
+    /// at `now`, more than it can serve: each one's arrivals per second at
+    /// [`Self::cost_per_item`] add up to more than a second a second. Or over its last
+    /// [`ONSET`] buckets, where the busy residents other than `model` asked for at least
+    /// [`ONSET_SHARE`] of its time over them. The first [`MAX_OTHERS`] residents are
+    /// counted.
+    fn overloaded(&self, device: &DeviceMirror, model: ModelId, now: Nanos) -> bool {
+        let (mut window, mut recent, mut neighbours) = (0.0, 0.0, 0.0);
         for &r in device.residents.keys().take(MAX_OTHERS) {
             let m = &self.models[r.0 as usize];
             let rate = m.rate.per_second(now);
@@ -129,11 +124,13 @@ impl ClockworkPolicy {
             }
             let cost = self.cost_per_item(m, device);
             window += rate * cost;
-            if onset {
-                recent += m.rate.recent_per_second(now, ONSET) * cost;
+            let asked = m.rate.recent_per_second(now, ONSET) * cost;
+            recent += asked;
+            if r != model && m.flow.objective() > 0 {
+                neighbours += asked;
             }
         }
-        window > SECOND || recent > SECOND
+        window > SECOND || (recent > SECOND && neighbours > ONSET_SHARE * SECOND)
     }
 
     /// The device time (ns) an arrival of `m` asks of `device`: an item at the most
