@@ -137,12 +137,42 @@ struct LoadgenCli {
     /// not sent and counted `client_overflow`, never queued inside the client.
     #[arg(long, default_value_t = 1024)]
     max_in_flight: usize,
+    #[command(flatten)]
+    burst: BurstCli,
     /// Output directory of the report.
     #[arg(long, default_value = "loadgen-out")]
     out: PathBuf,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+}
+
+/// The bursty workload's shape (the load generator's and the simulator's alike, so a
+/// burst replayed in virtual time is the one sent over HTTP). The run starts on.
+#[derive(clap::Args)]
+struct BurstCli {
+    /// Bursty: length of each on period.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    burst_on: Duration,
+    /// Bursty: length of each off period.
+    #[arg(long, default_value = "4s", value_parser = humantime::parse_duration)]
+    burst_off: Duration,
+    /// Bursty: the off periods' rate as a fraction of the on periods' (--rate is the
+    /// mean of the two).
+    #[arg(long, default_value_t = 0.1)]
+    burst_off_fraction: f64,
+}
+
+impl BurstCli {
+    /// `params` with this shape.
+    fn apply(&self, params: WorkloadParams) -> WorkloadParams {
+        WorkloadParams {
+            burst_on: nanos(self.burst_on),
+            burst_off: nanos(self.burst_off),
+            burst_off_fraction: self.burst_off_fraction,
+            ..params
+        }
+    }
 }
 
 /// Flags of `clockwork simulate`.
@@ -190,6 +220,8 @@ struct SimulateCli {
     config: Option<PathBuf>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    #[command(flatten)]
+    burst: BurstCli,
     /// Output directory of the report.
     #[arg(long, default_value = "sim-out")]
     out: PathBuf,
@@ -319,7 +351,7 @@ fn simulate(cli: SimulateCli) -> anyhow::Result<()> {
         seed: cli.seed,
         popularity: cli.popularity,
         time_compression: cli.time_compression,
-        ..WorkloadParams::default()
+        ..cli.burst.apply(WorkloadParams::default())
     };
     let args = SimulateArgs {
         workload: cli.workload,
@@ -355,7 +387,7 @@ fn loadgen(cli: LoadgenCli) -> anyhow::Result<()> {
         slo: ms(cli.slo_ms),
         seed: cli.seed,
         popularity: cli.popularity,
-        ..WorkloadParams::default()
+        ..cli.burst.apply(WorkloadParams::default())
     };
     let args = clockwork::loadgen::LoadgenArgs {
         url: cli.url,

@@ -7,11 +7,13 @@
 //! and the SVG plots. A run that drives a pipeline also feeds it each stage's fan-outs and
 //! answers (`stages.rs`), and its request figures are those of the root requests.
 
+mod over_time;
 mod plots;
 mod recorder;
 mod stages;
 mod write;
 
+pub use over_time::OutcomesAt;
 pub use recorder::{Answered, Recorder};
 pub use stages::{FanOutStats, PipelineReport, StageOutline, StageReport};
 
@@ -95,6 +97,9 @@ pub struct PolicyReport {
     pub wall_s: f64,
     /// Goodput of the requests that arrived in each time bucket.
     pub goodput_over_time: Vec<TimePoint>,
+    /// The requests that arrived in each time bucket, by answer (the buckets of
+    /// `goodput_over_time`).
+    pub outcomes_over_time: Vec<OutcomesAt>,
     /// Latency CDF of successful answers: (latency ms, fraction at or below).
     pub latency_cdf: Vec<(f64, f64)>,
     /// Device activity in a short window of the run.

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use super::over_time::OutcomeSeries;
 use super::stages::{Latencies, StageOutline, StageTally};
 use super::{ms, PolicyReport, PredictionErrorMs, TimePoint, TimelineSpan};
 use crate::events::ActionDone;
@@ -58,6 +59,8 @@ pub struct Recorder {
     duration: Nanos,
     /// The stages of the pipeline whose root requests this run sends, if it sends any.
     stages: Option<StageTally>,
+    /// The answers by their arrival's bucket.
+    outcomes: OutcomeSeries,
 }
 
 impl Recorder {
@@ -65,8 +68,9 @@ impl Recorder {
     /// excerpt of `window` starting in the middle of the run.
     pub fn new(duration: Nanos, buckets: u64, window: Nanos) -> Self {
         let middle = duration / 2;
+        let bucket = (duration / buckets.max(1)).max(1);
         Self {
-            bucket: (duration / buckets.max(1)).max(1),
+            bucket,
             timeline_window: (middle, middle + window),
             offered: Vec::new(),
             in_slo: Vec::new(),
@@ -86,6 +90,7 @@ impl Recorder {
             busy: Vec::new(),
             duration,
             stages: None,
+            outcomes: OutcomeSeries::new(bucket),
         }
     }
 
@@ -127,6 +132,7 @@ impl Recorder {
 
     /// The request that arrived at `arrival` was answered at `answered`.
     pub fn answered(&mut self, arrival: Nanos, answered: Nanos, how: Answered) {
+        self.outcomes.record(arrival, &how);
         let outcome = match how {
             Answered::Known(outcome) => outcome,
             Answered::Unrecognised(name) => {
@@ -227,6 +233,7 @@ impl Recorder {
             sim_requests_per_wall_s: offered as f64 / wall_s.max(1e-9),
             wall_s,
             goodput_over_time: self.goodput_over_time(),
+            outcomes_over_time: self.outcomes.finish(&self.offered),
             latency_cdf: self.cdf(),
             timeline: self.timeline,
             pipeline: self.stages.as_ref().map(StageTally::finish),

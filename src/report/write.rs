@@ -1,5 +1,6 @@
 //! Writing a [`Report`] to a directory: `report.json`, `report.md` and SVG plots.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -98,8 +99,52 @@ pub fn markdown(report: &Report) -> String {
         }
     }
     pipeline_tables(&mut md, report);
+    over_time_tables(&mut md, report);
     md.push_str("\nPlots: `latency_cdf.svg`, `goodput.svg`, `timeline_<policy>.svg`.\n");
     md
+}
+
+/// For each policy whose requests were not all answered in time, when the others
+/// arrived: one row per time bucket that holds any, one column per answer seen.
+fn over_time_tables(md: &mut String, report: &Report) {
+    for p in &report.policies {
+        let missed = |answers: &BTreeMap<String, u64>| answers.keys().any(|k| k != "ok");
+        let rows: Vec<_> = p
+            .outcomes_over_time
+            .iter()
+            .filter(|b| missed(&b.answers))
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let mut names: Vec<&str> = rows
+            .iter()
+            .flat_map(|b| b.answers.keys().map(String::as_str))
+            .filter(|&k| k != "ok")
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        let _ = writeln!(
+            md,
+            "\n`{}`, the buckets whose requests were not all answered in time, by the \
+             bucket of their arrival:\n",
+            p.policy
+        );
+        let _ = writeln!(md, "| from s | offered | ok | {} |", names.join(" | "));
+        let _ = writeln!(md, "|---:|---:|---:|{}", "---:|".repeat(names.len()));
+        for b in rows {
+            let count = |name: &str| b.answers.get(name).copied().unwrap_or(0).to_string();
+            let others: Vec<String> = names.iter().map(|n| count(n)).collect();
+            let _ = writeln!(
+                md,
+                "| {:.2} | {} | {} | {} |",
+                b.t_s,
+                b.offered,
+                count("ok"),
+                others.join(" | ")
+            );
+        }
+    }
 }
 
 /// The stages of each policy's pipeline run, if the runs drove a pipeline.
@@ -150,8 +195,6 @@ fn pipeline_tables(md: &mut String, report: &Report) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
     use crate::outcome::Outcome;
     use crate::report::{Recorder, StageOutline};
@@ -205,5 +248,40 @@ mod tests {
             ..report
         };
         assert!(!markdown(&only_plain).contains("Pipeline"));
+    }
+
+    /// A run with answers not in time gets the table of when their requests arrived;
+    /// one with every answer in time gets none.
+    #[test]
+    fn answers_not_in_time_are_tabled_by_arrival() {
+        let mut recorder = Recorder::new(1_000 * MS, 10, 10 * MS);
+        for (at, how) in [
+            (10, Outcome::Ok),
+            (120, Outcome::Ok),
+            (130, Outcome::TimedOut),
+        ] {
+            recorder.offered(at * MS);
+            recorder.answered(at * MS, at * MS + MS, how.into());
+        }
+        let report = Report {
+            command: "test".into(),
+            setup: BTreeMap::new(),
+            policies: vec![recorder.finish("clockwork", 1.0)],
+        };
+        let md = markdown(&report);
+        assert!(md.contains("| from s | offered | ok | timed_out |"), "{md}");
+        assert!(md.contains("| 0.10 | 2 | 1 | 1 |"), "{md}");
+        assert!(
+            !md.contains("| 0.00 | 1 | 1 |"),
+            "the bucket all in time: {md}"
+        );
+        let mut calm = Recorder::new(1_000 * MS, 10, 10 * MS);
+        calm.offered(0);
+        calm.answered(0, MS, Outcome::Ok.into());
+        let calm = Report {
+            policies: vec![calm.finish("clockwork", 1.0)],
+            ..report
+        };
+        assert!(!markdown(&calm).contains("from s"));
     }
 }
