@@ -110,7 +110,7 @@ pub struct PolicyConfig {
     /// the device no further ahead than the tightest of those objectives (and its own
     /// run): `scheduler/clockwork/horizon.rs`. Only on an overloaded device (its
     /// residents' arrivals over the last 2 s ask for more than its time, or, at a burst's
-    /// onset, those over the last 400 ms do while the busy neighbours asked for 5% of it or
+    /// onset, those over the last 100-200 ms do while the busy neighbours asked for 5% of it or
     /// more): below that the bound would only refuse the tail of a burst the device has
     /// time for. Without it, under overload a
     /// model of long objectives books the device to the end of them, and every request of
