@@ -64,10 +64,10 @@ const SECOND: f64 = 1e9;
 
 /// Rate buckets (of 100 ms) over which the onset of a burst reads as overload: the current
 /// one and the one before, so at least 100 ms of arrivals, enough to hold the device's
-/// recent demand rather than one batch's, and a burst of three times the device reads
-/// within some 60 ms of its start, about one tight request's objective. (Four buckets
-/// read it 120-180 ms in, when the looser models had booked the device past the tight
-/// objectives.)
+/// recent demand rather than one batch's, and the emulated zoo's burst (three times the
+/// device) read 40-90 ms after it began, within a tight request's objective. (Four
+/// buckets read it 120-180 ms in, when the looser models had booked the device past the
+/// tight objectives.)
 const ONSET: usize = 2;
 
 /// The share of the device's time the busy neighbours must have asked for over those
