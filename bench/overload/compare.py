@@ -6,7 +6,8 @@ per run, one column per run.
 
 Rows: the capacity it measured; the burst's answers in time, late at the client (and of
 them those the server itself sent after the deadline from the edge), refused
-(and of them `timed_out` and `overran`, the refusals that waited); the answers' time inside
+(and of them `timed_out` and `overran`, the refusals that waited, and the three buckets of
+the burst whose requests had most of them); the answers' time inside
 the server (Server-Timing) at p50 and p99; refusal latency p50 and
 p99 at the client, a `deadline_unreachable` refusal's p50 and p99 at the client and its p99
 inside the server (all,
@@ -74,6 +75,16 @@ def batches(text):
     return out
 
 
+def waited_by_arrival(text):
+    """The three buckets of most `timed_out` and `overran` refusals by arrival, from the
+    `burst, timed_out and overran by arrival` line ("-" where the run has none)."""
+    m = re.search(r"^burst, timed_out and overran by arrival \(bucket start s: count\): (\{.*\})$", text, re.M)
+    if not m:
+        return "-"
+    top = sorted(json.loads(m.group(1)).items(), key=lambda kv: -kv[1])[:3]
+    return ", ".join(f"{t}: {n}" for t, n in top) or "none"
+
+
 def column(path):
     text = open(path).read()
     burst = line(text, "burst: ")
@@ -105,6 +116,9 @@ def column(path):
         "refused": burst["refused"],
         "of them timed_out / overran":
             f"{refused_by.get('timed_out', 0)} / {refused_by.get('overran', 0)}",
+        # Where the run printed them (since the forty-second session): the buckets (a
+        # sixtieth of the burst) whose requests waited for the most such refusals.
+        "of them by arrival, most (bucket s: n)": waited_by_arrival(text),
         "refusal p50 / p99 ms (client)": f"{burst['refusal_p50_ms']} / {burst['refusal_p99_ms']}",
         # Refusals at arrival alone, at the client: the report's refusal percentiles also
         # hold those refused after waiting.

@@ -6,7 +6,12 @@
 #   bench/overload/run.sh [--bin PATH] [--duration S] [--factor X] [--rate R]
 #                         [--max-in-flight N] [--perf DIR] [--client-cores front|any|LIST]
 #                         [--server-cores LIST] [--config FILE] [--keep DIR] [--syscalls]
-#                         [--squeezenet]
+#                         [--squeezenet] [--bursty ON,OFF,FRACTION]
+#
+# --bursty ON,OFF,FRACTION: the burst alternates ON at full rate and OFF at FRACTION of
+# it (loadgen's bursty workload, starting on; e.g. 2s,4s,0.15), --rate or the factor
+# giving the mean: every ON period is a burst's onset from a calm spell, with the load
+# generator's connections already open after the first.
 #
 # --squeezenet: adds the onnx wheel's squeezenet (bench/edge/make_squeezenet.py: a model
 # nobody here wrote, with 602 KB binary bodies and a 100 ms objective) to the repository,
@@ -38,7 +43,8 @@
 # --no-children -i ...`; they are large: delete them after).
 #
 # Prints: the capacity (a closed-loop run's in-time answers per second), the burst's
-# outcomes with refusal latency p50/p99 and accepted answers' p99, the load generator's
+# outcomes with refusal latency p50/p99 and accepted answers' p99, when its `timed_out`
+# and `overran` refusals arrived, the load generator's
 # server_timing.json (each kind of answer's time at the client, in the server and
 # outside it), the burst's answers per model by outcome and edge stage, the answers the
 # server counted against those the client read (bench/overload/counts.py), each model's
@@ -63,6 +69,7 @@ config=config.toml
 keep=""
 syscalls=0
 squeezenet=0
+burst_on=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bin=$2; shift 2 ;;
@@ -77,6 +84,7 @@ while [ $# -gt 0 ]; do
         --keep) keep=$(realpath -m "$2"); shift 2 ;;
         --syscalls) syscalls=1; shift ;;
         --squeezenet) squeezenet=1; shift ;;
+        --bursty) IFS=, read -r burst_on burst_off burst_off_fraction <<< "$2"; shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -168,7 +176,11 @@ curl -s "$base/metrics" > "$work/metrics_before"
 curl -s "$base/v2/models/stats" > "$work/stats_before"
 python3 bench/overload/sample.py --base "$base" --pid "$server_pid" --stop "$work/stop" > "$work/sample.json" &
 sampler_pid=$!
-"${pin[@]}" "$bin" loadgen --url "$base" --workload poisson --rate "$rate" --duration "${duration}s" --max-in-flight "$in_flight" --quiet --out "$work/burst" 2> /dev/null > /dev/null &
+workload=(--workload poisson)
+if [ -n "$burst_on" ]; then
+    workload=(--workload bursty --burst-on "$burst_on" --burst-off "$burst_off" --burst-off-fraction "$burst_off_fraction")
+fi
+"${pin[@]}" "$bin" loadgen --url "$base" "${workload[@]}" --rate "$rate" --duration "${duration}s" --max-in-flight "$in_flight" --quiet --out "$work/burst" 2> /dev/null > /dev/null &
 loadgen_pid=$!
 perf_pids=""
 if [ -n "$perf_dir" ]; then
@@ -197,6 +209,16 @@ wait "$sampler_pid"
 sampler_pid=
 for pid in $perf_pids; do wait "$pid" || true; done
 echo "burst: $(summary "$work/burst")"
+# When the refusals that waited arrived (the load generator's buckets of a sixtieth of the
+# burst): a burst's onset, or spread over it.
+python3 - "$work/burst/report.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))["policies"][0]
+waited = {f'{b["t_s"]:.2f}': sum(b["answers"].get(k, 0) for k in ("timed_out", "overran"))
+          for b in p.get("outcomes_over_time", [])}
+print("burst, timed_out and overran by arrival (bucket start s: count):",
+      json.dumps({t: n for t, n in waited.items() if n}))
+PY
 python3 - "$work/burst/report.json" "$loadgen_cpu" "$work/sample.json" <<'PY'
 import json, sys
 offered = json.load(open(sys.argv[1]))["policies"][0]["offered"]
