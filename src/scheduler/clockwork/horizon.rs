@@ -49,8 +49,8 @@
 //! 300 ms of every burst: the onset read overload 120-180 ms in, and until then resnet
 //! and the pipeline's classify sub-requests (the classifier's requests of some 240 ms,
 //! what is left of the pipeline's 250 ms) booked the device to their objectives. Two
-//! buckets (100-200 ms) read it sooner, and `timed_out` fell from about 490 to about 8 a
-//! run of three bursts (docs/EXPERIMENTS.md, "The onset, read sooner").
+//! buckets (100-200 ms) read it sooner, and `timed_out` fell from 282-502 to 0-15 in runs of
+//! three bursts (docs/EXPERIMENTS.md, "The onset, read sooner").
 
 use super::admit::efficient_batch;
 use super::shared::MAX_OTHERS;
