@@ -23,6 +23,14 @@ pub struct OutcomesAt {
     pub answers: BTreeMap<String, u64>,
 }
 
+/// The entry at `index` of a per-bucket series, grown with defaults to reach it.
+pub(super) fn slot<T: Default>(series: &mut Vec<T>, index: usize) -> &mut T {
+    if series.len() <= index {
+        series.resize_with(index + 1, T::default);
+    }
+    &mut series[index]
+}
+
 /// Answers counted by the bucket of their request's arrival.
 pub(super) struct OutcomeSeries {
     /// Width of a bucket (the recorder's goodput bucket).
@@ -42,24 +50,15 @@ impl OutcomeSeries {
         }
     }
 
-    fn slot<T: Default>(series: &mut Vec<T>, index: usize) -> &mut T {
-        if series.len() <= index {
-            series.resize_with(index + 1, T::default);
-        }
-        &mut series[index]
-    }
-
     /// The request that arrived at `arrival` was answered `how`.
     pub(super) fn record(&mut self, arrival: Nanos, how: &Answered) {
         let index = (arrival / self.bucket) as usize;
         match how {
             Answered::Known(outcome) => {
-                *Self::slot(&mut self.known, index)
-                    .entry(*outcome)
-                    .or_default() += 1;
+                *slot(&mut self.known, index).entry(*outcome).or_default() += 1;
             }
             Answered::Unrecognised(name) => {
-                let bucket = Self::slot(&mut self.unrecognised, index);
+                let bucket = slot(&mut self.unrecognised, index);
                 *bucket.entry(name.clone()).or_default() += 1;
             }
         }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::over_time::OutcomeSeries;
+use super::over_time::{slot, OutcomeSeries};
 use super::stages::{Latencies, StageOutline, StageTally};
 use super::{ms, PolicyReport, PredictionErrorMs, TimePoint, TimelineSpan};
 use crate::events::ActionDone;
@@ -117,17 +117,10 @@ impl Recorder {
         }
     }
 
-    fn slot(counts: &mut Vec<u64>, index: usize) -> &mut u64 {
-        if counts.len() <= index {
-            counts.resize(index + 1, 0);
-        }
-        &mut counts[index]
-    }
-
     /// A request was sent at `arrival`.
     pub fn offered(&mut self, arrival: Nanos) {
         let index = (arrival / self.bucket) as usize;
-        *Self::slot(&mut self.offered, index) += 1;
+        *slot(&mut self.offered, index) += 1;
     }
 
     /// The request that arrived at `arrival` was answered at `answered`.
@@ -146,7 +139,7 @@ impl Recorder {
                 self.latency_us.record(latency);
                 self.ok_in_slo += 1;
                 let index = (arrival / self.bucket) as usize;
-                *Self::slot(&mut self.in_slo, index) += 1;
+                *slot(&mut self.in_slo, index) += 1;
             }
             Class::Late => {
                 self.latency_us.record(latency);
@@ -178,7 +171,7 @@ impl Recorder {
                 self.batched += u64::from(batch);
                 let error = measured.duration as i64 - done.expected as i64;
                 self.prediction_error.push(error);
-                *Self::slot(&mut self.busy, done.device.0 as usize) += measured.duration;
+                *slot(&mut self.busy, done.device.0 as usize) += measured.duration;
             }
             ActionTag::Load => self.loads += 1,
             ActionTag::Unload => self.unloads += 1,

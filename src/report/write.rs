@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::{plots, Report};
+use crate::outcome::Outcome;
 
 /// Why the report could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -108,7 +109,8 @@ pub fn markdown(report: &Report) -> String {
 /// arrived: one row per time bucket that holds any, one column per answer seen.
 fn over_time_tables(md: &mut String, report: &Report) {
     for p in &report.policies {
-        let missed = |answers: &BTreeMap<String, u64>| answers.keys().any(|k| k != "ok");
+        let ok = Outcome::Ok.as_str();
+        let missed = |answers: &BTreeMap<String, u64>| answers.keys().any(|k| k != ok);
         let rows: Vec<_> = p
             .outcomes_over_time
             .iter()
@@ -120,7 +122,7 @@ fn over_time_tables(md: &mut String, report: &Report) {
         let mut names: Vec<&str> = rows
             .iter()
             .flat_map(|b| b.answers.keys().map(String::as_str))
-            .filter(|&k| k != "ok")
+            .filter(|&k| k != ok)
             .collect();
         names.sort_unstable();
         names.dedup();
@@ -140,7 +142,7 @@ fn over_time_tables(md: &mut String, report: &Report) {
                 "| {:.2} | {} | {} | {} |",
                 b.t_s,
                 b.offered,
-                count("ok"),
+                count(ok),
                 others.join(" | ")
             );
         }
@@ -196,7 +198,6 @@ fn pipeline_tables(md: &mut String, report: &Report) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outcome::Outcome;
     use crate::report::{Recorder, StageOutline};
     use crate::time::MS;
 
